@@ -1,0 +1,32 @@
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(PSRT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/psrt)
+
+install(TARGETS psrt psrt_base psrt_transport_core psrt_transport
+        EXPORT psrtTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(PSRT_HAVE_UCX)
+  install(TARGETS psrt_transport_ucx EXPORT psrtTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
+install(DIRECTORY include/psrt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_BINARY_DIR}/generated/psrt/config.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/psrt)
+# Internal layer headers that the public ones reach (transport/ for the transport API).
+install(DIRECTORY base transport DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/psrt/internal
+        FILES_MATCHING PATTERN "*.h")
+install(TARGETS psbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+install(EXPORT psrtTargets NAMESPACE psrt:: DESTINATION ${PSRT_INSTALL_CMAKEDIR})
+configure_package_config_file(cmake/psrtConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/psrtConfig.cmake
+                              INSTALL_DESTINATION ${PSRT_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/psrtConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/psrtConfig.cmake ${CMAKE_BINARY_DIR}/psrtConfigVersion.cmake
+        DESTINATION ${PSRT_INSTALL_CMAKEDIR})

@@ -1,0 +1,49 @@
+// psbench: psrt's benchmarks. Each prints one JSON object per measurement on stdout.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "psrt/error.h"
+#include "transport/factory.h"
+#include "transport_bench.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"psbench: psrt benchmarks; one JSON object per measurement on stdout"};
+  app.require_subcommand(1);
+
+  psrt::bench::TransportBenchConfig tc;
+  std::string backends;
+  for (const auto& b : psrt::transport::available_backends()) backends += " " + b;
+  auto* tr = app.add_subcommand("transport", "bandwidth or latency between two processes");
+  tr->add_option("--transport", tc.transport, "backend:" + backends)->capture_default_str();
+  tr->add_option("--mode", tc.mode, "bw (window of outstanding sends) or lat (ping-pong)")
+      ->check(CLI::IsMember({"bw", "lat"}))
+      ->capture_default_str();
+  tr->add_option("--size", tc.sizes, "payload sizes in bytes, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
+  tr->add_option("--iters", tc.iters, "measured messages per size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tr->add_option("--warmup", tc.warmup, "unmeasured messages first (default iters/10, >= 10)");
+  tr->add_option("--window", tc.window, "bw: sends outstanding at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tr->add_option("--listen", tc.listen, "be the passive side on HOST:PORT (for two hosts)");
+  tr->add_option("--connect", tc.connect, "measure against a passive side at HOST:PORT");
+
+  std::string peer_transport = "tcp", peer_listen = "127.0.0.1:0";
+  auto* peer = app.add_subcommand("transport-peer", "internal: the passive side psbench starts");
+  peer->group("");  // hidden
+  peer->add_option("--transport", peer_transport);
+  peer->add_option("--listen", peer_listen);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*tr) return psrt::bench::run_transport_bench(tc);
+    if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen);
+  } catch (const psrt::Error& e) {
+    std::cerr << "psbench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

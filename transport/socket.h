@@ -1,0 +1,72 @@
+// TCP socket plumbing shared by the tcp backend and the UCX backend's bootstrap channel.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <string>
+
+namespace psrt::transport {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// Parses "host:port" (host may be a name, an IPv4 address, or empty for all interfaces).
+// Throws psrt::Error(kInvalidArgument) that quotes the string and says the expected form.
+HostPort parse_address(const std::string& address);
+
+// Owns one file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const noexcept { return fd_; }
+  int release() noexcept {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset() noexcept;
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// A non-blocking listening socket bound to `address`; `bound` receives "host:port" with the
+// port actually chosen.
+Fd listen_tcp(const std::string& address, std::string& bound);
+
+// Connects (bounded by `timeout`), returns a non-blocking connected socket with TCP_NODELAY.
+Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout);
+
+// Accepts one pending connection (non-blocking); returns an empty Fd on EAGAIN.
+Fd accept_tcp(int listen_fd, std::string& peer);
+
+// Applies the options every psrt stream gets: TCP_NODELAY, keepalive and TCP_USER_TIMEOUT
+// derived from `peer_timeout` so that a dead host is noticed within it.
+void tune_stream(int fd, std::chrono::milliseconds peer_timeout);
+
+// Sets big kernel socket buffers for bulk transfer.
+void set_socket_buffers(int fd, int bytes);
+
+// Blocking helpers with a deadline for short handshakes; throw psrt::Error on timeout or EOF.
+void write_all(int fd, const void* data, std::size_t size, std::chrono::steady_clock::time_point deadline);
+void read_all(int fd, void* data, std::size_t size, std::chrono::steady_clock::time_point deadline);
+
+std::string peer_name(const sockaddr_in& addr);
+
+}  // namespace psrt::transport

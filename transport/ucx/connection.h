@@ -1,0 +1,78 @@
+// One UCX endpoint to a peer plus its liveness socket. Sends from other threads are handed to
+// the progress loop; on the loop they go straight to ucp_am_send_nbx from the caller's buffers.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "transport/socket.h"
+#include "transport/transport.h"
+
+namespace psrt::transport::ucx {
+
+class UcxContext;
+
+// Active-message header on the wire: the receiver's connection id (8 bytes, little-endian),
+// then the caller's header.
+inline constexpr std::size_t kAmRouteBytes = 8;
+
+struct RecvOp;
+
+class UcxConnection final : public Connection, public std::enable_shared_from_this<UcxConnection> {
+ public:
+  UcxConnection(std::shared_ptr<UcxContext> ctx, std::uint64_t id, std::string peer);
+  ~UcxConnection() override;
+
+  void send(std::span<const std::byte> header, std::span<const ConstBuffer> payload,
+            SendDone done) override;
+  void close() override;
+  const std::string& peer() const override { return peer_; }
+  std::uint64_t id() const override { return id_; }
+  bool is_open() const override { return open_.load(std::memory_order_acquire); }
+
+  // Creates the endpoint to the peer's worker. Throws.
+  void establish_on_loop(std::uint64_t remote_id, const std::vector<std::byte>& worker_address,
+                         bool same_host);
+  // From now on EOF or an error on `control` (the handshake socket) means the peer is gone.
+  void watch_liveness_on_loop(Fd control);
+  // Closes the endpoint and the liveness socket. on_closed() runs once no rendezvous receive
+  // can write into a placement any more: at once when the peer is dead, else once the receives
+  // in flight have landed (bounded by Options::peer_timeout).
+  void close_on_loop(const Status& why, bool peer_dead);
+
+  // Receive bookkeeping (the context's AM handler runs these).
+  void receive_on_loop(std::span<const std::byte> header, void* data, std::size_t length,
+                       bool rendezvous);
+  void finish_recv_on_loop(RecvOp* op, ucs_status_t status);
+
+ private:
+  struct SendOp;
+  void issue_on_loop(std::unique_ptr<SendOp> op);
+  void on_control_on_loop(std::uint32_t events);
+  static void on_send_done(void* request, ucs_status_t status, void* user_data);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void finish_close_on_loop();
+
+  std::shared_ptr<UcxContext> ctx_;
+  const std::uint64_t id_;
+  const std::string peer_;
+  std::atomic<bool> open_{true};
+  // Loop thread only:
+  std::uint64_t remote_id_ = 0;
+  ucp_ep_h ep_ = nullptr;
+  Fd control_;
+  std::unordered_set<RecvOp*> recvs_;  // rendezvous receives in flight
+  Status close_status_;
+  bool close_reported_ = false;
+  // The endpoint error callback's argument; handed to the context at close because UCX may
+  // still call it while the endpoint is being closed.
+  std::unique_ptr<std::weak_ptr<UcxConnection>> error_arg_;
+};
+
+}  // namespace psrt::transport::ucx

@@ -1,0 +1,349 @@
+#include "transport/ucx/context.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "base/log.h"
+#include "transport/ucx/check.h"
+#include "transport/ucx/connection.h"
+#include "transport/ucx/hello.h"
+#include "transport/wire.h"
+
+namespace psrt::transport::ucx {
+
+UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
+    : options_(options), receiver_(std::move(receiver)), loop_("ucx", options.spin) {
+  ucp_config_t* config = nullptr;
+  PSRT_UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.name = "psrt";
+  ucs_status_t st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) throw ucs_error("ucp_init", st);
+
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  PSRT_UCS_CHECK(ucp_context_query(context_, &attr));
+  // A bit set, not a value: UCX reports every memory type it can handle.
+  cuda_capable_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches the worker
+  st = ucp_worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) {
+    ucp_cleanup(context_);
+    throw ucs_error("ucp_worker_create", st);
+  }
+  address_ = worker_address();
+  boot_id_ = local_boot_id();
+
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  am.id = kAmId;
+  am.cb = &UcxContext::on_am;
+  am.arg = this;
+  am.flags = UCP_AM_FLAG_WHOLE_MSG;
+  PSRT_UCS_CHECK(ucp_worker_set_am_recv_handler(worker_, &am));
+  PSRT_LOG_DEBUG("ucx: context ready, CUDA memory {}", cuda_capable_ ? "supported" : "not supported");
+}
+
+UcxContext::~UcxContext() {
+  shutdown();
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+std::vector<std::byte> UcxContext::worker_address() const {
+  ucp_worker_attr_t wa{};
+  wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  PSRT_UCS_CHECK(ucp_worker_query(worker_, &wa));
+  auto* p = reinterpret_cast<const std::byte*>(wa.address);
+  std::vector<std::byte> out(p, p + wa.address_length);
+  ucp_worker_release_address(worker_, wa.address);
+  return out;
+}
+
+void UcxContext::start() {
+  int efd = -1;
+  PSRT_UCS_CHECK(ucp_worker_get_efd(worker_, &efd));
+  EventLoop::Hooks hooks;
+  hooks.poll = [this] {
+    bool any = false;
+    while (ucp_worker_progress(worker_) != 0) any = true;
+    if (!close_requests_.empty()) progress_close_requests();
+    return any;
+  };
+  hooks.arm = [this] { return ucp_worker_arm(worker_) == UCS_OK; };
+  hooks.wake = [this] { ucp_worker_signal(worker_); };
+  loop_.start(std::move(hooks));
+  // The worker's event fd only has to wake epoll_wait; the poll hook does the work.
+  loop_.run_sync([this, efd] { loop_.add_fd_on_loop(efd, EPOLLIN, [](std::uint32_t) {}); });
+}
+
+bool UcxContext::progress_close_requests() {
+  std::erase_if(close_requests_, [](void* req) {
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+    ucp_request_free(req);
+    return true;
+  });
+  return close_requests_.empty();
+}
+
+void UcxContext::track_close_request_on_loop(void* request) { close_requests_.push_back(request); }
+
+void UcxContext::retire_error_arg_on_loop(std::unique_ptr<std::weak_ptr<UcxConnection>> arg) {
+  if (arg) retired_error_args_.push_back(std::move(arg));
+}
+
+ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header_length,
+                               void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length, param);
+}
+
+ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_length, void* data,
+                                       std::size_t length, const ucp_am_recv_param_t* param) {
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (header_length < kAmRouteBytes || header_length > kAmRouteBytes + kMaxHeaderBytes) {
+    PSRT_LOG_WARN("ucx: dropping an active message with a {}-byte header (expected {}..{})",
+                  header_length, kAmRouteBytes, kAmRouteBytes + kMaxHeaderBytes);
+    return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  auto* h = static_cast<const std::byte*>(header);
+  auto id = wire::load<std::uint64_t>(h);
+  auto it = connections_.find(id);
+  if (it == connections_.end() || !it->second->is_open()) {
+    PSRT_LOG_DEBUG("ucx: dropping a message for unknown or closed connection {}", id);
+    return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
+  }
+  if (length > options_.max_payload_bytes) {
+    auto conn = it->second;
+    std::string why = "payload of " + std::to_string(length) +
+                      " bytes exceeds the limit (Options::max_payload_bytes = " +
+                      std::to_string(options_.max_payload_bytes) + ")";
+    PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id, conn->peer(), why);
+    conn->close_on_loop(Status(ErrorCode::kProtocol, why), false);
+    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+  }
+  auto conn = it->second;  // keep alive: the receiver may close it
+  conn->receive_on_loop(std::span<const std::byte>(h + kAmRouteBytes, header_length - kAmRouteBytes),
+                        data, length, rndv);
+  return UCS_OK;
+}
+
+std::string UcxContext::listen(const std::string& address) {
+  std::string bound;
+  Fd fd = listen_tcp(address, bound);
+  int raw = fd.get();
+  loop_.run_sync([&] {
+    listeners_.push_back(std::move(fd));
+    loop_.add_fd_on_loop(raw, EPOLLIN, [this, raw](std::uint32_t) { accept_on_loop(raw); });
+  });
+  PSRT_LOG_DEBUG("ucx: listening on {}", bound);
+  return bound;
+}
+
+void UcxContext::accept_on_loop(int listen_fd) {
+  for (int i = 0; i < 64; ++i) {
+    std::string peer;
+    Fd fd;
+    try {
+      fd = accept_tcp(listen_fd, peer);
+      if (!fd) return;
+      tune_stream(fd.get(), options_.peer_timeout);
+    } catch (const Error& e) {
+      PSRT_LOG_WARN("ucx: accept failed: {}", e.what());
+      return;
+    }
+    int raw = fd.get();
+    PendingHello& h = hellos_[raw];
+    h.fd = std::move(fd);
+    h.peer = peer;
+    h.need = kHelloFixedBytes;
+    h.timer = loop_.add_timer_on_loop(EventLoop::Clock::now() + options_.connect_timeout,
+                                      [this, raw] {
+                                        drop_hello_on_loop(raw, "no complete handshake in time");
+                                      });
+    loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
+                         [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
+  }
+}
+
+void UcxContext::drop_hello_on_loop(int fd, const std::string& why) {
+  auto it = hellos_.find(fd);
+  if (it == hellos_.end()) return;
+  PSRT_LOG_WARN("ucx: dropping connection from {}: {}", it->second.peer, why);
+  loop_.cancel_timer_on_loop(it->second.timer);
+  loop_.remove_fd_on_loop(fd);
+  hellos_.erase(it);  // closes the socket
+}
+
+void UcxContext::read_hello_on_loop(int fd) {
+  auto it = hellos_.find(fd);
+  if (it == hellos_.end()) return;
+  PendingHello& h = it->second;
+  while (h.buf.size() < h.need) {
+    std::size_t have = h.buf.size();
+    h.buf.resize(h.need);
+    ssize_t n = ::recv(fd, h.buf.data() + have, h.need - have, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      h.buf.resize(have);
+      return;
+    }
+    if (n <= 0) {
+      h.buf.resize(have);
+      return drop_hello_on_loop(fd, n == 0 ? "closed during the handshake (truncated hello)"
+                                           : "handshake read failed");
+    }
+    h.buf.resize(have + static_cast<std::size_t>(n));
+    if (h.buf.size() == kHelloFixedBytes && h.need == kHelloFixedBytes) {
+      Hello tmp;
+      std::size_t address_len = 0;
+      std::string why = decode_hello_fixed(
+          std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes), tmp,
+          address_len);
+      if (!why.empty()) return drop_hello_on_loop(fd, why);
+      h.need = kHelloFixedBytes + address_len;
+    }
+  }
+  // Whole hello: create our side, answer with our own hello, and hand the connection out.
+  Hello hello;
+  std::size_t address_len = 0;
+  decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes),
+                     hello, address_len);
+  std::vector<std::byte> peer_address(h.buf.begin() + kHelloFixedBytes, h.buf.end());
+  loop_.cancel_timer_on_loop(h.timer);
+  loop_.remove_fd_on_loop(fd);
+  Fd control = std::move(h.fd);
+  std::string peer = h.peer;
+  hellos_.erase(it);
+
+  auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, peer);
+  try {
+    Hello reply{conn->id(), boot_id_, address_};
+    auto bytes = encode_hello(reply);
+    conn->establish_on_loop(hello.conn_id, peer_address, hello.boot_id == boot_id_ && !boot_id_.empty());
+    write_all(control.get(), bytes.data(), bytes.size(),
+              std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  } catch (const Error& e) {
+    PSRT_LOG_WARN("ucx: dropping connection from {}: {}", peer, e.what());
+    conn->close_on_loop(Status(e.code(), e.what()), true);
+    return;
+  }
+  conn->watch_liveness_on_loop(std::move(control));
+  connections_[conn->id()] = conn;
+  receiver_->on_connected(conn);
+}
+
+std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
+  if (shut_down_) throw Error(ErrorCode::kCancelled, "ucx transport is shut down");
+  auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  Fd fd = connect_tcp(address, options_.connect_timeout);
+  tune_stream(fd.get(), options_.peer_timeout);
+  auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, address);
+  // Registered before the hello goes out: the peer may send as soon as it has read it.
+  loop_.run_sync([&] { connections_[conn->id()] = conn; });
+  Hello reply;
+  try {
+    auto bytes = encode_hello(Hello{conn->id(), boot_id_, address_});
+    write_all(fd.get(), bytes.data(), bytes.size(), deadline);
+    std::array<std::byte, kHelloFixedBytes> fixed;
+    read_all(fd.get(), fixed.data(), fixed.size(), deadline);
+    std::size_t address_len = 0;
+    std::string why = decode_hello_fixed(fixed, reply, address_len);
+    if (!why.empty()) throw Error(ErrorCode::kProtocol, why);
+    reply.worker_address.resize(address_len);
+    read_all(fd.get(), reply.worker_address.data(), address_len, deadline);
+    loop_.run_sync([&] {
+      conn->establish_on_loop(reply.conn_id, reply.worker_address,
+                              reply.boot_id == boot_id_ && !boot_id_.empty());
+      conn->watch_liveness_on_loop(std::move(fd));
+      receiver_->on_connected(conn);
+    });
+  } catch (const Error& e) {
+    loop_.run_sync([&] { conn->close_on_loop(Status(e.code(), e.what()), true); });
+    throw Error(e.code(), "cannot connect to " + address + ": " + e.what());
+  }
+  return conn;
+}
+
+void UcxContext::forget_on_loop(std::uint64_t id) { connections_.erase(id); }
+
+ucp_mem_h UcxContext::find_memh(const void* data, std::size_t size) const {
+  auto h = registrations_.find(data, size);
+  return h ? *h : nullptr;
+}
+
+void UcxContext::register_memory(MutableBuffer region) {
+  if (!supports(region.memory)) {
+    throw Error(ErrorCode::kUnsupported, "this UCX build cannot register CUDA memory");
+  }
+  if (registrations_.covers(region.data, region.size)) return;
+  if (registrations_.overlaps(region.data, region.size)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "memory region overlaps a registered region without being inside it; "
+                "unregister that one first");
+  }
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.address = region.data;
+  mp.length = region.size;
+  mp.memory_type = region.memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  ucp_mem_h memh = nullptr;
+  PSRT_UCS_CHECK(ucp_mem_map(context_, &mp, &memh));
+  registrations_.insert(region.data, region.size, memh);
+}
+
+void UcxContext::unregister_memory(const void* base) {
+  auto memh = registrations_.erase(base);
+  if (!memh) return;
+  // Unmapped on the loop: a send or receive in flight there may still reference it.
+  auto unmap = [ctx = context_, h = *memh] { ucp_mem_unmap(ctx, h); };
+  if (loop_.in_loop()) {
+    loop_.defer(unmap);
+  } else {
+    loop_.post(unmap);
+  }
+}
+
+bool UcxContext::is_registered(const void* data, std::size_t size) const {
+  return registrations_.covers(data, size);
+}
+
+void UcxContext::shutdown() {
+  std::lock_guard lock(shutdown_mutex_);
+  if (shut_down_.exchange(true)) return;
+  if (!loop_.in_loop()) {
+    loop_.run_sync([this] {
+      for (Fd& l : listeners_) loop_.remove_fd_on_loop(l.get());
+      listeners_.clear();
+      for (auto& [fd, h] : hellos_) {
+        loop_.cancel_timer_on_loop(h.timer);
+        loop_.remove_fd_on_loop(fd);
+      }
+      hellos_.clear();
+      auto all = connections_;  // finish_close_on_loop erases from connections_
+      for (auto& [id, conn] : all) {
+        conn->close_on_loop(Status(ErrorCode::kCancelled, "transport shut down"), true);
+      }
+    });
+  }
+  loop_.stop();
+  // Bounded: let endpoint closes finish, then give up on the rest.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!close_requests_.empty() && std::chrono::steady_clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+    progress_close_requests();
+  }
+  for (ucp_mem_h h : registrations_.clear()) ucp_mem_unmap(context_, h);
+}
+
+}  // namespace psrt::transport::ucx

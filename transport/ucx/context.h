@@ -1,0 +1,113 @@
+// The UCX backend's shared state: one ucp context and one ucp worker, driven by one progress
+// thread (the EventLoop), which busy-polls ucp_worker_progress and then sleeps on the worker's
+// event fd (ucp_worker_arm). Other threads never touch the worker: they hand work to the loop,
+// whose wake-up is ucp_worker_signal. Data and control both travel as active messages: eager for
+// small payloads, rendezvous for large ones, received with ucp_am_recv_data_nbx straight into the
+// buffer the receiver placed.
+//
+// Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses;
+// that socket then stays open as the liveness channel.
+//
+// UCX 1.13 (Debian 12) quirks handled here on purpose:
+//  - Error-handling mode PEER makes UCX drop its shared-memory lanes (sysv/posix/cma) between
+//    two processes on one host, which would cost most of the bandwidth. So endpoints to a peer on
+//    the same host (equal boot ids) use mode NONE and learn of the peer's death from the liveness
+//    socket (EOF at once when the process dies); endpoints to other hosts use PEER, and keepalive
+//    on the liveness socket bounds detection of a dead host.
+//  - Both ends of an endpoint must use the same mode: each side decides from the two boot ids,
+//    which both sides see, so they always agree.
+//  - The AM header buffer must stay valid until the send completes: every send copies its header
+//    into the SendOp that lives until UCX calls the completion callback.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/event_loop.h"
+#include "transport/registration_cache.h"
+#include "transport/socket.h"
+#include "transport/transport.h"
+
+namespace psrt::transport::ucx {
+
+class UcxConnection;
+
+class UcxContext : public std::enable_shared_from_this<UcxContext> {
+ public:
+  static constexpr unsigned kAmId = 0;
+
+  UcxContext(std::shared_ptr<Receiver> receiver, Options options);
+  ~UcxContext();
+
+  void start();
+  std::string_view name() const { return "ucx"; }
+  std::string listen(const std::string& address);
+  std::shared_ptr<Connection> connect(const std::string& address);
+  bool supports(MemoryType type) const {
+    return type == MemoryType::kHost || (type == MemoryType::kCuda && cuda_capable_);
+  }
+  void register_memory(MutableBuffer region);
+  void unregister_memory(const void* base);
+  bool is_registered(const void* data, std::size_t size) const;
+  void shutdown();
+  bool on_progress_thread() const { return loop_.in_loop(); }
+
+  // Used by UcxConnection.
+  EventLoop& loop() { return loop_; }
+  Receiver& receiver() { return *receiver_; }
+  const Options& options() const { return options_; }
+  ucp_worker_h worker() const { return worker_; }
+  ucp_mem_h find_memh(const void* data, std::size_t size) const;
+  void forget_on_loop(std::uint64_t id);
+  void track_close_request_on_loop(void* request);
+  void retire_error_arg_on_loop(std::unique_ptr<std::weak_ptr<UcxConnection>> arg);
+  const std::string& boot_id() const { return boot_id_; }
+
+ private:
+  struct PendingHello {
+    Fd fd;
+    std::string peer;
+    std::vector<std::byte> buf;
+    std::size_t need = 0;  // total bytes expected so far (fixed part, then + address)
+    std::uint64_t timer = 0;
+  };
+
+  static ucs_status_t on_am(void* arg, const void* header, std::size_t header_length, void* data,
+                            std::size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t on_am_on_loop(const void* header, std::size_t header_length, void* data,
+                             std::size_t length, const ucp_am_recv_param_t* param);
+  void accept_on_loop(int listen_fd);
+  void read_hello_on_loop(int fd);
+  void drop_hello_on_loop(int fd, const std::string& why);
+  std::vector<std::byte> worker_address() const;
+  bool progress_close_requests();
+
+  const Options options_;
+  std::shared_ptr<Receiver> receiver_;
+  EventLoop loop_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  bool cuda_capable_ = false;
+  std::string boot_id_;
+  std::vector<std::byte> address_;
+
+  std::vector<Fd> listeners_;                                                    // loop only
+  std::unordered_map<int, PendingHello> hellos_;                                 // loop only
+  std::unordered_map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;  // loop only
+  std::vector<void*> close_requests_;                                            // loop only
+  std::vector<std::unique_ptr<std::weak_ptr<UcxConnection>>> retired_error_args_;  // loop only
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<bool> shut_down_{false};
+  std::mutex shutdown_mutex_;
+  RegistrationCache<ucp_mem_h> registrations_;
+};
+
+}  // namespace psrt::transport::ucx
