@@ -19,6 +19,7 @@ struct UcxConnection::SendOp {
   std::vector<ucp_dt_iov_t> iov;
   MemoryType memory = MemoryType::kHost;
   SendDone done;
+  bool orphaned = false;  // already completed by orphan_sends_on_loop
 };
 
 // A payload being received by rendezvous into the receiver's placement.
@@ -191,12 +192,14 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
     ctx_->loop().defer([d = std::move(d), st] { d(st); });
     return;
   }
-  op.release();  // owned by UCX until on_send_done
+  sends_.insert(op.release());  // owned by UCX until on_send_done
 }
 
 void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<SendOp> op(static_cast<SendOp*>(user_data));
   ucp_request_free(request);
+  if (op->orphaned) return;
+  op->conn->sends_.erase(op.get());
   Status st = status_from_ucs(status, op->conn->peer_, "send");
   op->conn->ctx_->loop().defer([d = std::move(op->done), st] { d(st); });
 }
@@ -319,13 +322,33 @@ void UcxConnection::close_on_loop(const Status& why, bool peer_dead) {
     ep_ = nullptr;
   }
   ctx_->retire_error_arg_on_loop(std::move(error_arg_));
-  if (peer_dead || recvs_.empty()) return finish_close_on_loop();
-  // Let the receives in flight land before the receiver is told its placements are free.
-  std::weak_ptr<UcxConnection> weak = weak_from_this();
-  ctx_->loop().add_timer_on_loop(
-      EventLoop::Clock::now() + ctx_->options().peer_timeout, [weak] {
-        if (auto self = weak.lock()) self->finish_close_on_loop();
-      });
+  Status send_status = why.code() == ErrorCode::kConnectionClosed
+                           ? Status(ErrorCode::kConnectionClosed,
+                                    "connection to " + peer_ + " closed before the send finished")
+                           : why;
+  if (peer_dead) orphan_sends_on_loop(send_status);
+  if (!sends_.empty() || !recvs_.empty()) {
+    // A live peer: sends flush and receives land, but no longer than the peer timeout.
+    std::weak_ptr<UcxConnection> weak = weak_from_this();
+    ctx_->loop().add_timer_on_loop(
+        EventLoop::Clock::now() + ctx_->options().peer_timeout, [weak, send_status] {
+          if (auto self = weak.lock()) {
+            self->orphan_sends_on_loop(send_status);
+            self->finish_close_on_loop();
+          }
+        });
+  }
+  // Otherwise the last receive to land reports the close (finish_recv_on_loop).
+  if (peer_dead || recvs_.empty()) finish_close_on_loop();
+}
+
+void UcxConnection::orphan_sends_on_loop(const Status& why) {
+  for (SendOp* op : sends_) {
+    op->orphaned = true;
+    ctx_->loop().defer([d = std::move(op->done), why] { d(why); });
+    op->conn.reset();
+  }
+  sends_.clear();
 }
 
 void UcxConnection::finish_close_on_loop() {

@@ -58,6 +58,9 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   static void on_send_done(void* request, ucs_status_t status, void* user_data);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void finish_close_on_loop();
+  // Completes the sends UCX still holds with `why`; UCX 1.13 does not complete them itself when
+  // an endpoint in error mode NONE is closed, however it is closed.
+  void orphan_sends_on_loop(const Status& why);
 
   std::shared_ptr<UcxContext> ctx_;
   const std::uint64_t id_;
@@ -68,6 +71,7 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   ucp_ep_h ep_ = nullptr;
   Fd control_;
   std::unordered_set<RecvOp*> recvs_;  // rendezvous receives in flight
+  std::unordered_set<SendOp*> sends_;  // sends UCX has not completed yet
   Status close_status_;
   bool close_reported_ = false;
   // The endpoint error callback's argument; handed to the context at close because UCX may

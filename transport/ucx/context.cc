@@ -84,8 +84,11 @@ void UcxContext::start() {
   hooks.arm = [this] { return ucp_worker_arm(worker_) == UCS_OK; };
   hooks.wake = [this] { ucp_worker_signal(worker_); };
   loop_.start(std::move(hooks));
-  // The worker's event fd only has to wake epoll_wait; the poll hook does the work.
-  loop_.run_sync([this, efd] { loop_.add_fd_on_loop(efd, EPOLLIN, [](std::uint32_t) {}); });
+  // The worker's event fd only has to wake epoll_wait; the poll hook does the work. Edge-
+  // triggered: after a successful ucp_worker_arm, UCX's fd can stay readable with nothing new
+  // behind it, and a level-triggered watch would then spin the idle loop at 100% CPU.
+  loop_.run_sync(
+      [this, efd] { loop_.add_fd_on_loop(efd, EPOLLIN | EPOLLET, [](std::uint32_t) {}); });
 }
 
 bool UcxContext::progress_close_requests() {
