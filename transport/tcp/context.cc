@@ -107,6 +107,8 @@ void TcpContext::shutdown() {
     });
   }
   loop_.stop();
+  // Breaks the cycle context -> receiver -> (connections it keeps) -> context.
+  receiver_.reset();
 }
 
 }  // namespace psrt::transport::tcp

@@ -19,12 +19,12 @@ struct UcxConnection::SendOp {
   std::vector<ucp_dt_iov_t> iov;
   MemoryType memory = MemoryType::kHost;
   SendDone done;
-  bool orphaned = false;  // already completed by orphan_sends_on_loop
+  bool orphaned = false;  // completed by orphan_sends_on_loop; owned by the context from then on
 };
 
 // A payload being received by rendezvous into the receiver's placement.
 struct RecvOp {
-  std::shared_ptr<UcxConnection> conn;  // null once the connection closed: result is dropped
+  std::shared_ptr<UcxConnection> conn;  // null once abandoned; owned by the context from then on
   std::array<std::byte, kMaxHeaderBytes> header{};
   std::size_t header_len = 0;
   Placement placement;
@@ -60,7 +60,7 @@ void UcxConnection::establish_on_loop(std::uint64_t remote_id,
   // See context.h: PEER across hosts only, so shared-memory lanes survive on one host.
   params.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &UcxConnection::on_ep_error;
-  error_arg_ = std::make_unique<std::weak_ptr<UcxConnection>>(weak_from_this());
+  error_arg_ = std::make_shared<std::weak_ptr<UcxConnection>>(weak_from_this());
   params.err_handler.arg = error_arg_.get();
   PSRT_UCS_CHECK(ucp_ep_create(ctx_->worker(), &params, &ep_));
   PSRT_LOG_DEBUG("ucx: connection {} to {} established ({} host, error mode {})", id_, peer_,
@@ -196,9 +196,9 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
 }
 
 void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_data) {
-  std::unique_ptr<SendOp> op(static_cast<SendOp*>(user_data));
   ucp_request_free(request);
-  if (op->orphaned) return;
+  if (static_cast<SendOp*>(user_data)->orphaned) return;
+  std::unique_ptr<SendOp> op(static_cast<SendOp*>(user_data));
   op->conn->sends_.erase(op.get());
   Status st = status_from_ucs(status, op->conn->peer_, "send");
   op->conn->ctx_->loop().defer([d = std::move(op->done), st] { d(st); });
@@ -249,11 +249,7 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
   param.cb.recv_am = [](void* request, ucs_status_t status, std::size_t, void* user_data) {
     auto* op = static_cast<RecvOp*>(user_data);
     ucp_request_free(request);
-    if (op->conn) {
-      op->conn->finish_recv_on_loop(op, status);
-    } else {
-      delete op;  // its connection closed meanwhile
-    }
+    if (op->conn) op->conn->finish_recv_on_loop(op, status);
   };
   param.user_data = op.get();
   param.datatype = ucp_dt_make_contig(1);
@@ -321,7 +317,7 @@ void UcxConnection::close_on_loop(const Status& why, bool peer_dead) {
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) ctx_->track_close_request_on_loop(req);
     ep_ = nullptr;
   }
-  ctx_->retire_error_arg_on_loop(std::move(error_arg_));
+  ctx_->retire_on_loop(std::move(error_arg_));
   Status send_status = why.code() == ErrorCode::kConnectionClosed
                            ? Status(ErrorCode::kConnectionClosed,
                                     "connection to " + peer_ + " closed before the send finished")
@@ -347,6 +343,7 @@ void UcxConnection::orphan_sends_on_loop(const Status& why) {
     op->orphaned = true;
     ctx_->loop().defer([d = std::move(op->done), why] { d(why); });
     op->conn.reset();
+    ctx_->retire_on_loop(std::shared_ptr<SendOp>(op));
   }
   sends_.clear();
 }
@@ -356,7 +353,10 @@ void UcxConnection::finish_close_on_loop() {
   close_reported_ = true;
   auto self = shared_from_this();  // alive through the callbacks below
   // Receives still in flight (dead peer) no longer report.
-  for (RecvOp* op : recvs_) op->conn.reset();
+  for (RecvOp* op : recvs_) {
+    op->conn.reset();
+    ctx_->retire_on_loop(std::shared_ptr<RecvOp>(op));
+  }
   recvs_.clear();
   ctx_->receiver().on_closed(*this, close_status_);
   ctx_->forget_on_loop(id_);

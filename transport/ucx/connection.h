@@ -76,7 +76,7 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   bool close_reported_ = false;
   // The endpoint error callback's argument; handed to the context at close because UCX may
   // still call it while the endpoint is being closed.
-  std::unique_ptr<std::weak_ptr<UcxConnection>> error_arg_;
+  std::shared_ptr<std::weak_ptr<UcxConnection>> error_arg_;
 };
 
 }  // namespace psrt::transport::ucx

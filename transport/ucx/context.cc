@@ -59,6 +59,7 @@ UcxContext::~UcxContext() {
   shutdown();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
+  retired_.clear();  // nothing in UCX can reach these any more
 }
 
 std::vector<std::byte> UcxContext::worker_address() const {
@@ -102,8 +103,8 @@ bool UcxContext::progress_close_requests() {
 
 void UcxContext::track_close_request_on_loop(void* request) { close_requests_.push_back(request); }
 
-void UcxContext::retire_error_arg_on_loop(std::unique_ptr<std::weak_ptr<UcxConnection>> arg) {
-  if (arg) retired_error_args_.push_back(std::move(arg));
+void UcxContext::retire_on_loop(std::shared_ptr<void> thing) {
+  if (thing) retired_.push_back(std::move(thing));
 }
 
 ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header_length,
@@ -347,6 +348,8 @@ void UcxContext::shutdown() {
     progress_close_requests();
   }
   for (ucp_mem_h h : registrations_.clear()) ucp_mem_unmap(context_, h);
+  // Breaks the cycle context -> receiver -> (connections it keeps) -> context.
+  receiver_.reset();
 }
 
 }  // namespace psrt::transport::ucx

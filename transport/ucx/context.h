@@ -68,7 +68,9 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   ucp_mem_h find_memh(const void* data, std::size_t size) const;
   void forget_on_loop(std::uint64_t id);
   void track_close_request_on_loop(void* request);
-  void retire_error_arg_on_loop(std::unique_ptr<std::weak_ptr<UcxConnection>> arg);
+  // Keeps `thing` alive until the worker is destroyed: for objects UCX may still point to
+  // (endpoint error arguments, requests of a closed endpoint that UCX never completes).
+  void retire_on_loop(std::shared_ptr<void> thing);
   const std::string& boot_id() const { return boot_id_; }
 
  private:
@@ -103,7 +105,7 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   std::unordered_map<int, PendingHello> hellos_;                                 // loop only
   std::unordered_map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;  // loop only
   std::vector<void*> close_requests_;                                            // loop only
-  std::vector<std::unique_ptr<std::weak_ptr<UcxConnection>>> retired_error_args_;  // loop only
+  std::vector<std::shared_ptr<void>> retired_;  // loop only; freed after ucp_worker_destroy
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> shut_down_{false};
   std::mutex shutdown_mutex_;
