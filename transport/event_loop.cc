@@ -93,6 +93,14 @@ void EventLoop::defer(Task task) {
   }
 }
 
+void EventLoop::complete(Completion done, Status status) {
+  if (in_loop()) {
+    completions_.emplace_back(std::move(done), std::move(status));
+  } else {
+    post([d = std::move(done), st = std::move(status)] { d(st); });
+  }
+}
+
 void EventLoop::run_sync(const Task& task) {
   assert(!in_loop());
   std::promise<void> done;
@@ -160,13 +168,27 @@ bool EventLoop::run_tasks() {
     batch.swap(tasks_);
     has_tasks_.store(false, std::memory_order_relaxed);
   }
-  bool any = !batch.empty() || !local_.empty();
+  bool any = !batch.empty() || !local_.empty() || !completions_.empty();
   for (auto& t : batch) t();
-  // Deferred tasks may defer more; run until quiet but bounded so one chain cannot starve I/O.
-  for (int round = 0; round < 64 && !local_.empty(); ++round) {
-    std::vector<Task> now;
-    now.swap(local_);
-    for (auto& t : now) t();
+  // Deferred work may defer more; run until quiet but bounded so one chain cannot starve I/O.
+  for (int round = 0; round < 64 && (!local_.empty() || !completions_.empty()); ++round) {
+    if (!completions_.empty()) {
+      std::vector<std::pair<Completion, Status>> now;
+      now.swap(completions_);
+      for (auto& [done, status] : now) {
+        if (done) done(status);
+      }
+      // Hand the capacity back so the steady state allocates nothing.
+      if (completions_.empty()) {
+        now.clear();
+        completions_.swap(now);
+      }
+    }
+    if (!local_.empty()) {
+      std::vector<Task> now;
+      now.swap(local_);
+      for (auto& t : now) t();
+    }
   }
   return any;
 }
@@ -213,7 +235,8 @@ void EventLoop::run() {
     int timeout = 0;
     if (!busy && Clock::now() - last_busy >= spin_) {
       sleeping_.store(true, std::memory_order_seq_cst);
-      bool can_sleep = local_.empty() && !has_tasks_.load(std::memory_order_seq_cst);
+      bool can_sleep = local_.empty() && completions_.empty() &&
+                       !has_tasks_.load(std::memory_order_seq_cst);
       if (can_sleep && hooks_.arm) can_sleep = hooks_.arm();
       timeout = can_sleep && running_ ? sleep_timeout_ms() : 0;
       if (timeout == 0) sleeping_.store(false, std::memory_order_relaxed);

@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "psrt/error.h"
+
 namespace psrt::transport {
 
 class EventLoop {
@@ -50,6 +52,10 @@ class EventLoop {
   // Runs `task` on the loop thread: now if called there (after the current callback returns),
   // else through post().
   void defer(Task task);
+  // Runs `done(status)` on the loop thread after the current callback, like defer(), without
+  // wrapping it in another std::function: the completion path of every send.
+  using Completion = std::function<void(const Status&)>;
+  void complete(Completion done, Status status);
   // Runs `task` on the loop and waits for it. Not from the loop thread.
   void run_sync(const Task& task);
 
@@ -90,6 +96,7 @@ class EventLoop {
   std::vector<Task> tasks_;   // guarded by task_mutex_
   bool accepting_ = true;     // guarded by task_mutex_; false once stopped
   std::vector<Task> local_;   // loop thread only: deferred from inside callbacks
+  std::vector<std::pair<Completion, Status>> completions_;  // loop thread only
 
   std::unordered_map<int, FdEntry> fds_;                      // loop thread only
   std::unordered_map<std::uint64_t, int> token_to_fd_;       // loop thread only

@@ -153,11 +153,7 @@ Status TcpConnection::flush_locked(std::vector<SendDone>& finished) {
 }
 
 void TcpConnection::complete(std::vector<SendDone> finished, const Status& status) {
-  ctx_->loop().defer([finished = std::move(finished), status]() mutable {
-    for (auto& d : finished) {
-      if (d) d(status);
-    }
-  });
+  for (auto& d : finished) ctx_->loop().complete(std::move(d), status);
 }
 
 void TcpConnection::on_events_on_loop(std::uint32_t events) {

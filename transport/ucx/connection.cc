@@ -12,7 +12,7 @@
 
 namespace psrt::transport::ucx {
 
-struct UcxConnection::SendOp {
+struct SendOp {
   std::shared_ptr<UcxConnection> conn;
   std::array<std::byte, kAmRouteBytes + kMaxHeaderBytes> header{};
   std::size_t header_len = 0;
@@ -31,6 +31,28 @@ struct RecvOp {
 };
 
 namespace {
+
+// Send ops are recycled on the progress thread, where every send completes: the steady state of
+// a stream of sends allocates nothing.
+thread_local std::vector<std::unique_ptr<SendOp>> t_free_ops;
+constexpr std::size_t kMaxFreeOps = 256;
+
+std::unique_ptr<SendOp> acquire_op(bool on_loop) {
+  if (on_loop && !t_free_ops.empty()) {
+    auto op = std::move(t_free_ops.back());
+    t_free_ops.pop_back();
+    return op;
+  }
+  return std::make_unique<SendOp>();
+}
+
+void recycle_op(std::unique_ptr<SendOp> op) {
+  op->conn.reset();
+  op->done = nullptr;
+  op->iov.clear();
+  op->memory = MemoryType::kHost;
+  if (t_free_ops.size() < kMaxFreeOps) t_free_ops.push_back(std::move(op));
+}
 
 Status status_from_ucs(ucs_status_t st, const std::string& peer, const char* what) {
   if (st == UCS_OK) return {};
@@ -102,10 +124,10 @@ void UcxConnection::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status)
 
 void UcxConnection::send(std::span<const std::byte> header, std::span<const ConstBuffer> payload,
                          SendDone done) {
-  auto op = std::make_unique<SendOp>();
+  auto op = acquire_op(ctx_->loop().in_loop());
   op->done = std::move(done);
   auto fail = [&](ErrorCode code, std::string why) {
-    ctx_->loop().defer([d = std::move(op->done), st = Status(code, std::move(why))] { d(st); });
+    ctx_->loop().complete(std::move(op->done), Status(code, std::move(why)));
   };
   if (header.size() > kMaxHeaderBytes) {
     return fail(ErrorCode::kInvalidArgument, "message header of " + std::to_string(header.size()) +
@@ -148,11 +170,9 @@ void UcxConnection::send(std::span<const std::byte> header, std::span<const Cons
 
 void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
   if (!is_open() || ep_ == nullptr) {
-    auto d = std::move(op->done);
-    ctx_->loop().defer([d = std::move(d), peer = peer_] {
-      d(Status(ErrorCode::kConnectionClosed, "connection to " + peer + " is closed"));
-    });
-    return;
+    ctx_->loop().complete(std::move(op->done), Status(ErrorCode::kConnectionClosed,
+                                                      "connection to " + peer_ + " is closed"));
+    return recycle_op(std::move(op));
   }
   wire::store<std::uint64_t>(op->header.data(), remote_id_);
   ucp_request_param_t param{};
@@ -182,15 +202,12 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
   ucs_status_ptr_t req = ucp_am_send_nbx(ep_, UcxContext::kAmId, op->header.data(),
                                          op->header_len, buffer, count, &param);
   if (req == nullptr) {
-    auto d = std::move(op->done);
-    ctx_->loop().defer([d = std::move(d)] { d(Status()); });
-    return;
+    ctx_->loop().complete(std::move(op->done), Status());
+    return recycle_op(std::move(op));
   }
   if (UCS_PTR_IS_ERR(req)) {
-    auto d = std::move(op->done);
-    Status st = status_from_ucs(UCS_PTR_STATUS(req), peer_, "send");
-    ctx_->loop().defer([d = std::move(d), st] { d(st); });
-    return;
+    ctx_->loop().complete(std::move(op->done), status_from_ucs(UCS_PTR_STATUS(req), peer_, "send"));
+    return recycle_op(std::move(op));
   }
   sends_.insert(op.release());  // owned by UCX until on_send_done
 }
@@ -199,9 +216,10 @@ void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_
   ucp_request_free(request);
   if (static_cast<SendOp*>(user_data)->orphaned) return;
   std::unique_ptr<SendOp> op(static_cast<SendOp*>(user_data));
-  op->conn->sends_.erase(op.get());
-  Status st = status_from_ucs(status, op->conn->peer_, "send");
-  op->conn->ctx_->loop().defer([d = std::move(op->done), st] { d(st); });
+  UcxConnection& conn = *op->conn;
+  conn.sends_.erase(op.get());
+  conn.ctx_->loop().complete(std::move(op->done), status_from_ucs(status, conn.peer_, "send"));
+  recycle_op(std::move(op));
 }
 
 void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* data,
@@ -341,7 +359,7 @@ void UcxConnection::close_on_loop(const Status& why, bool peer_dead) {
 void UcxConnection::orphan_sends_on_loop(const Status& why) {
   for (SendOp* op : sends_) {
     op->orphaned = true;
-    ctx_->loop().defer([d = std::move(op->done), why] { d(why); });
+    ctx_->loop().complete(std::move(op->done), why);
     op->conn.reset();
     ctx_->retire_on_loop(std::shared_ptr<SendOp>(op));
   }

@@ -23,6 +23,7 @@ class UcxContext;
 inline constexpr std::size_t kAmRouteBytes = 8;
 
 struct RecvOp;
+struct SendOp;
 
 class UcxConnection final : public Connection, public std::enable_shared_from_this<UcxConnection> {
  public:
@@ -52,7 +53,6 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   void finish_recv_on_loop(RecvOp* op, ucs_status_t status);
 
  private:
-  struct SendOp;
   void issue_on_loop(std::unique_ptr<SendOp> op);
   void on_control_on_loop(std::uint32_t events);
   static void on_send_done(void* request, ucs_status_t status, void* user_data);
