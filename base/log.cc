@@ -20,8 +20,8 @@ Level level_from_env() {
   if (s == "warn") return Level::kWarn;
   if (s == "error") return Level::kError;
   if (s == "off") return Level::kOff;
-  std::fprintf(stderr, "psrt: PSRT_LOG_LEVEL=%s is not one of debug|info|warn|error|off; using info\n",
-               v);
+  std::fprintf(stderr,
+               "psrt: PSRT_LOG_LEVEL=%s is not one of debug|info|warn|error|off; using info\n", v);
   return Level::kInfo;
 }
 
@@ -44,8 +44,12 @@ constexpr std::string_view kNames[] = {"DEBUG", "INFO ", "WARN ", "ERROR", "OFF 
 
 }  // namespace
 
-Level level() noexcept { return current_level().load(std::memory_order_relaxed); }
-void set_level(Level lvl) noexcept { current_level().store(lvl, std::memory_order_relaxed); }
+Level level() noexcept {
+  return current_level().load(std::memory_order_relaxed);
+}
+void set_level(Level lvl) noexcept {
+  current_level().store(lvl, std::memory_order_relaxed);
+}
 
 void set_prefix(std::string p) {
   std::lock_guard lock(write_mutex());
@@ -55,8 +59,8 @@ void set_prefix(std::string p) {
 void write(Level lvl, std::string_view message) {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
-            1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   localtime_r(&t, &tm);
   char stamp[32];

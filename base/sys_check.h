@@ -10,7 +10,9 @@
 
 namespace psrt {
 
-inline std::string errno_string(int err) { return std::string(std::strerror(err)); }
+inline std::string errno_string(int err) {
+  return std::string(std::strerror(err));
+}
 
 [[noreturn]] inline void throw_system_error(const char* what, int err) {
   throw Error(ErrorCode::kSystem, std::string(what) + ": " + errno_string(err));
@@ -19,11 +21,11 @@ inline std::string errno_string(int err) { return std::string(std::strerror(err)
 }  // namespace psrt
 
 // Retries on EINTR; throws psrt::Error(kSystem) naming the call when it returns -1.
-#define PSRT_SYS_CHECK(call)                                           \
-  ([&]() {                                                             \
-    for (;;) {                                                         \
-      auto psrt_rc_ = (call);                                          \
-      if (psrt_rc_ != -1) return psrt_rc_;                             \
-      if (errno != EINTR) ::psrt::throw_system_error(#call, errno);    \
-    }                                                                  \
+#define PSRT_SYS_CHECK(call)                                        \
+  ([&]() {                                                          \
+    for (;;) {                                                      \
+      auto psrt_rc_ = (call);                                       \
+      if (psrt_rc_ != -1) return psrt_rc_;                          \
+      if (errno != EINTR) ::psrt::throw_system_error(#call, errno); \
+    }                                                               \
   }())

@@ -4,8 +4,8 @@
 # bandwidth; one JSON line per measurement.
 set -euo pipefail
 bin=${1:-build/bin}
-for t in $("$bin/psbench" transport --help >/dev/null && (ldd "$bin/psbench" | grep -q libucp && echo ucx); echo tcp); do
-  echo "== transport $t"
+for t in $("$bin/psbench" backends); do
+  echo "== transport $t: 8-byte ping-pong latency, then 4 MiB streaming bandwidth"
   "$bin/psbench" transport --transport "$t" --mode lat --size 8 --iters 20000
   "$bin/psbench" transport --transport "$t" --mode bw --size 4194304 --iters 200
 done

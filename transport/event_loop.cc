@@ -57,7 +57,8 @@ void EventLoop::stop() {
     accepting_ = false;
     rest.swap(tasks_);
   }
-  for (auto& t : rest) t();
+  for (auto& t : rest)
+    t();
 }
 
 void EventLoop::wake() {
@@ -169,7 +170,8 @@ bool EventLoop::run_tasks() {
     has_tasks_.store(false, std::memory_order_relaxed);
   }
   bool any = !batch.empty() || !local_.empty() || !completions_.empty();
-  for (auto& t : batch) t();
+  for (auto& t : batch)
+    t();
   // Deferred work may defer more; run until quiet but bounded so one chain cannot starve I/O.
   for (int round = 0; round < 64 && (!local_.empty() || !completions_.empty()); ++round) {
     if (!completions_.empty()) {
@@ -187,7 +189,8 @@ bool EventLoop::run_tasks() {
     if (!local_.empty()) {
       std::vector<Task> now;
       now.swap(local_);
-      for (auto& t : now) t();
+      for (auto& t : now)
+        t();
     }
   }
   return any;
@@ -208,9 +211,9 @@ bool EventLoop::run_due_timers() {
 int EventLoop::sleep_timeout_ms() const {
   constexpr int kMaxSleepMs = 1000;
   if (timers_.empty()) return kMaxSleepMs;
-  auto delta = std::chrono::duration_cast<std::chrono::milliseconds>(timers_.begin()->first -
-                                                                     Clock::now())
-                   .count();
+  auto delta =
+      std::chrono::duration_cast<std::chrono::milliseconds>(timers_.begin()->first - Clock::now())
+          .count();
   if (delta <= 0) return 0;
   return static_cast<int>(std::min<long long>(delta + 1, kMaxSleepMs));
 }
@@ -235,8 +238,8 @@ void EventLoop::run() {
     int timeout = 0;
     if (!busy && Clock::now() - last_busy >= spin_) {
       sleeping_.store(true, std::memory_order_seq_cst);
-      bool can_sleep = local_.empty() && completions_.empty() &&
-                       !has_tasks_.load(std::memory_order_seq_cst);
+      bool can_sleep =
+          local_.empty() && completions_.empty() && !has_tasks_.load(std::memory_order_seq_cst);
       if (can_sleep && hooks_.arm) can_sleep = hooks_.arm();
       timeout = can_sleep && running_ ? sleep_timeout_ms() : 0;
       if (timeout == 0) sleeping_.store(false, std::memory_order_relaxed);

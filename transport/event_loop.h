@@ -93,13 +93,13 @@ class EventLoop {
   std::atomic<bool> has_tasks_{false};  // tasks_ is non-empty; lets the busy loop skip the lock
 
   std::mutex task_mutex_;
-  std::vector<Task> tasks_;   // guarded by task_mutex_
-  bool accepting_ = true;     // guarded by task_mutex_; false once stopped
-  std::vector<Task> local_;   // loop thread only: deferred from inside callbacks
+  std::vector<Task> tasks_;  // guarded by task_mutex_
+  bool accepting_ = true;    // guarded by task_mutex_; false once stopped
+  std::vector<Task> local_;  // loop thread only: deferred from inside callbacks
   std::vector<std::pair<Completion, Status>> completions_;  // loop thread only
 
-  std::unordered_map<int, FdEntry> fds_;                      // loop thread only
-  std::unordered_map<std::uint64_t, int> token_to_fd_;       // loop thread only
+  std::unordered_map<int, FdEntry> fds_;                // loop thread only
+  std::unordered_map<std::uint64_t, int> token_to_fd_;  // loop thread only
   std::uint64_t next_token_ = 1;
   std::multimap<Clock::time_point, std::pair<std::uint64_t, Task>> timers_;  // loop thread only
   std::uint64_t next_timer_ = 1;

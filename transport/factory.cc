@@ -29,7 +29,8 @@ std::unique_ptr<Transport> create_transport(std::string_view name,
   }
 #endif
   std::string known;
-  for (const auto& b : available_backends()) known += (known.empty() ? "" : ", ") + b;
+  for (const auto& b : available_backends())
+    known += (known.empty() ? "" : ", ") + b;
   throw Error(ErrorCode::kInvalidArgument,
               "unknown transport '" + std::string(name) + "' (available: " + known + ")");
 }

@@ -59,7 +59,8 @@ class RegistrationCache {
   std::vector<Handle> clear() {
     std::unique_lock lock(mutex_);
     std::vector<Handle> all;
-    for (auto& [start, r] : regions_) all.push_back(std::move(r.handle));
+    for (auto& [start, r] : regions_)
+      all.push_back(std::move(r.handle));
     regions_.clear();
     return all;
   }

@@ -50,8 +50,8 @@ void set_int_option(int fd, int level, int name, int value) {
 }
 
 int remaining_ms(std::chrono::steady_clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - std::chrono::steady_clock::now())
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                  std::chrono::steady_clock::now())
                 .count();
   return ms < 0 ? 0 : static_cast<int>(ms);
 }
@@ -66,8 +66,8 @@ void Fd::reset() noexcept {
 HostPort parse_address(const std::string& address) {
   auto colon = address.rfind(':');
   auto bad = [&](const char* why) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "bad address '" + address + "': " + why + " (expected HOST:PORT, e.g. 127.0.0.1:9100)");
+    return Error(ErrorCode::kInvalidArgument, "bad address '" + address + "': " + why +
+                                                  " (expected HOST:PORT, e.g. 127.0.0.1:9100)");
   };
   if (colon == std::string::npos) throw bad("no ':'");
   HostPort hp;
@@ -130,9 +130,9 @@ Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout) {
     socklen_t len = sizeof err;
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      throw Error(ErrorCode::kConnectionClosed,
-                  "cannot connect to " + address + ": " + errno_string(err) +
-                      " (is the peer running and listening there?)");
+      throw Error(ErrorCode::kConnectionClosed, "cannot connect to " + address + ": " +
+                                                    errno_string(err) +
+                                                    " (is the peer running and listening there?)");
     }
   }
   return fd;
@@ -141,8 +141,8 @@ Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout) {
 Fd accept_tcp(int listen_fd, std::string& peer) {
   sockaddr_in sa{};
   socklen_t len = sizeof sa;
-  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+  int fd =
+      ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
       return Fd();
@@ -207,7 +207,8 @@ void read_all(int fd, void* data, std::size_t size,
       size -= static_cast<std::size_t>(n);
       continue;
     }
-    if (n == 0) throw Error(ErrorCode::kConnectionClosed, "peer closed the connection during the handshake");
+    if (n == 0)
+      throw Error(ErrorCode::kConnectionClosed, "peer closed the connection during the handshake");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       pollfd pfd{fd, POLLIN, 0};

@@ -64,7 +64,8 @@ void tune_stream(int fd, std::chrono::milliseconds peer_timeout);
 void set_socket_buffers(int fd, int bytes);
 
 // Blocking helpers with a deadline for short handshakes; throw psrt::Error on timeout or EOF.
-void write_all(int fd, const void* data, std::size_t size, std::chrono::steady_clock::time_point deadline);
+void write_all(int fd, const void* data, std::size_t size,
+               std::chrono::steady_clock::time_point deadline);
 void read_all(int fd, void* data, std::size_t size, std::chrono::steady_clock::time_point deadline);
 
 std::string peer_name(const sockaddr_in& addr);

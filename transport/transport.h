@@ -68,8 +68,8 @@ class Connection {
 
 // Where the payload of one incoming message goes.
 struct Placement {
-  MutableBuffer dest;         // exactly payload_size bytes
-  std::uint64_t cookie = 0;   // handed back in on_message, for the receiver's own use
+  MutableBuffer dest;        // exactly payload_size bytes
+  std::uint64_t cookie = 0;  // handed back in on_message, for the receiver's own use
 };
 
 // The receiving side of every connection of one Transport. Callbacks run on the progress thread.

@@ -14,13 +14,13 @@ static_assert(std::endian::native == std::endian::little,
               "psrt's wire format is little-endian; add byte swaps for this host");
 
 template <typename T>
-  requires std::is_integral_v<T>
+requires std::is_integral_v<T>
 inline void store(std::byte* at, T value) {
   std::memcpy(at, &value, sizeof value);
 }
 
 template <typename T>
-  requires std::is_integral_v<T>
+requires std::is_integral_v<T>
 inline T load(const std::byte* at) {
   T value;
   std::memcpy(&value, at, sizeof value);

@@ -27,8 +27,7 @@ std::string_view to_string(ErrorCode code) noexcept;
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, std::string message)
-      : std::runtime_error(std::move(message)), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
 
  private:

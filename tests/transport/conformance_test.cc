@@ -70,10 +70,10 @@ TEST_P(TransportConformance, RoundTripEchoesHeaderAndPayload) {
 
 TEST_P(TransportConformance, PayloadsFromZeroTo64MiBArriveIntact) {
   start_pair();
-  const std::vector<std::size_t> sizes = {0,       1,         7,         4096,    65539,
-                                          1 << 20, (1 << 20) + 13, 64u << 20};
+  const std::vector<std::size_t> sizes = {0, 1, 7, 4096, 65539, 1 << 20, (1 << 20) + 13, 64u << 20};
   std::vector<std::vector<std::byte>> payloads;
-  for (std::size_t i = 0; i < sizes.size(); ++i) payloads.push_back(pattern(sizes[i], 100 + i));
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    payloads.push_back(pattern(sizes[i], 100 + i));
   SendWaiter w;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     ConstBuffer b{payloads[i].data(), payloads[i].size()};
@@ -81,7 +81,8 @@ TEST_P(TransportConformance, PayloadsFromZeroTo64MiBArriveIntact) {
                std::span<const ConstBuffer>(&b, sizes[i] ? 1 : 0), w.callback());
   }
   ASSERT_TRUE(w.wait(sizes.size(), 60s));
-  for (const auto& st : w.statuses()) EXPECT_TRUE(st.ok()) << st.message();
+  for (const auto& st : w.statuses())
+    EXPECT_TRUE(st.ok()) << st.message();
   ASSERT_TRUE(server_rx->wait_messages(sizes.size(), 60s));
   auto msgs = server_rx->messages();
   ASSERT_EQ(msgs.size(), sizes.size());
@@ -100,7 +101,8 @@ TEST_P(TransportConformance, HeaderOnlyMessagesSkipPlacement) {
     return {};
   };
   SendWaiter w;
-  for (int i = 0; i < 100; ++i) conn->send(bytes_of("h" + std::to_string(i)), {}, w.callback());
+  for (int i = 0; i < 100; ++i)
+    conn->send(bytes_of("h" + std::to_string(i)), {}, w.callback());
   ASSERT_TRUE(server_rx->wait_messages(100));
   auto msgs = server_rx->messages();
   for (int i = 0; i < 100; ++i) {
@@ -181,7 +183,8 @@ TEST_P(TransportConformance, SixteenPeersWithManyOutstandingMessages) {
     }
   }
   ASSERT_TRUE(w.wait(kPeers * kMessages, 60s));
-  for (const auto& st : w.statuses()) ASSERT_TRUE(st.ok()) << st.message();
+  for (const auto& st : w.statuses())
+    ASSERT_TRUE(st.ok()) << st.message();
   for (int p = 0; p < kPeers; ++p) {
     ASSERT_TRUE(peers[p].rx->wait_messages(kMessages, 60s)) << "peer " << p;
     auto msgs = peers[p].rx->messages();
@@ -199,7 +202,8 @@ TEST_P(TransportConformance, SendsFromManyThreadsKeepPerThreadOrder) {
   constexpr int kThreads = 4, kPerThread = 500;
   SendWaiter w;
   std::vector<std::vector<std::byte>> payloads(kThreads);
-  for (int t = 0; t < kThreads; ++t) payloads[t] = pattern(512 + 4096 * t, t);
+  for (int t = 0; t < kThreads; ++t)
+    payloads[t] = pattern(512 + 4096 * t, t);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -209,7 +213,8 @@ TEST_P(TransportConformance, SendsFromManyThreadsKeepPerThreadOrder) {
       }
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   ASSERT_TRUE(w.wait(kThreads * kPerThread, 60s));
   ASSERT_TRUE(server_rx->wait_messages(kThreads * kPerThread, 60s));
   std::vector<int> next(kThreads, 0);
@@ -220,7 +225,8 @@ TEST_P(TransportConformance, SendsFromManyThreadsKeepPerThreadOrder) {
     ++next[t];
     ASSERT_TRUE(m.payload == payloads[t]);
   }
-  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(next[t], kPerThread);
+  for (int t = 0; t < kThreads; ++t)
+    EXPECT_EQ(next[t], kPerThread);
 }
 
 // ---- failures -------------------------------------------------------------------------------
@@ -237,7 +243,8 @@ class ChildPeer {
     std::string path = PSRT_TEST_PEER_PATH;
     std::vector<std::string> args = {path, backend, mode, address};
     std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
+    for (auto& a : args)
+      argv.push_back(a.data());
     argv.push_back(nullptr);
     EXPECT_EQ(0, ::posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv.data(), environ));
     posix_spawn_file_actions_destroy(&fa);
@@ -322,7 +329,8 @@ TEST_P(TransportConformance, KilledReceiverFailsPendingSendsWithinTheBound) {
   std::vector<std::byte> payload(64u << 20, std::byte{3});
   ConstBuffer b{payload.data(), payload.size()};
   SendWaiter w;
-  for (int i = 0; i < 8; ++i) c->send(bytes_of("more"), {&b, 1}, w.callback());
+  for (int i = 0; i < 8; ++i)
+    c->send(bytes_of("more"), {&b, 1}, w.callback());
   std::this_thread::sleep_for(200ms);  // the child sits in place() from the first message on
   auto killed_at = std::chrono::steady_clock::now();
   child.kill();
@@ -361,7 +369,8 @@ TEST_P(TransportConformance, GarbageBytesDropOnlyThatConnection) {
   start_pair();
   std::mt19937 rng(42);
   std::vector<unsigned char> junk(4096);
-  for (auto& c : junk) c = static_cast<unsigned char>(rng());
+  for (auto& c : junk)
+    c = static_cast<unsigned char>(rng());
   Fd raw = raw_connect(address);
   write_raw(raw.get(), junk.data(), junk.size());
   EXPECT_TRUE(closed_by_peer(raw.get(), 5s)) << "the server must drop a connection sending junk";
@@ -540,7 +549,8 @@ TEST_P(TransportConformance, ShutdownIsBoundedAndCompletesEverything) {
   std::vector<std::byte> big(16u << 20);
   ConstBuffer b{big.data(), big.size()};
   SendWaiter w;
-  for (int i = 0; i < 4; ++i) conn->send(bytes_of("big"), {&b, 1}, w.callback());
+  for (int i = 0; i < 4; ++i)
+    conn->send(bytes_of("big"), {&b, 1}, w.callback());
   auto start = std::chrono::steady_clock::now();
   client->shutdown();
   EXPECT_LE(std::chrono::steady_clock::now() - start, 5s);
@@ -574,8 +584,7 @@ TEST_P(TransportConformance, IdleTransportDoesNotBurnACore) {
   EXPECT_LT(std::chrono::steady_clock::now() - sent, 500ms) << "a sleeping loop wakes for work";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransportConformance,
-                         ::testing::ValuesIn(available_backends()),
+INSTANTIATE_TEST_SUITE_P(Backends, TransportConformance, ::testing::ValuesIn(available_backends()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -4,8 +4,8 @@
 //   transport_test_peer <backend> stall <address>    connect, then never take a payload in
 // Either way it prints "CONNECTED" once connected and stops by itself after 60 s.
 #include <chrono>
-#include <future>
 #include <cstdio>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>

@@ -30,11 +30,13 @@ TEST(EventLoop, RunsTasksFromManyThreadsInPostOrderPerThread) {
       }
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   loop.run_sync([] {});
   EXPECT_EQ(done.load(), kThreads * kEach);
   for (int t = 0; t < kThreads; ++t) {
-    for (int i = 0; i < kEach; ++i) ASSERT_EQ(seen[t][i], i);
+    for (int i = 0; i < kEach; ++i)
+      ASSERT_EQ(seen[t][i], i);
   }
   loop.stop();
 }
@@ -50,7 +52,8 @@ TEST(EventLoop, WakesFromSleepForPostsAndTimers) {
   std::promise<std::chrono::steady_clock::time_point> fired;
   auto start = std::chrono::steady_clock::now();
   loop.run_sync([&] {
-    loop.add_timer_on_loop(start + 50ms, [&] { fired.set_value(std::chrono::steady_clock::now()); });
+    loop.add_timer_on_loop(start + 50ms,
+                           [&] { fired.set_value(std::chrono::steady_clock::now()); });
     auto never = loop.add_timer_on_loop(start + 10ms, [] { ADD_FAILURE() << "cancelled"; });
     loop.cancel_timer_on_loop(never);
   });

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
 
   psrt::bench::TransportBenchConfig tc;
   std::string backends;
-  for (const auto& b : psrt::transport::available_backends()) backends += " " + b;
+  for (const auto& b : psrt::transport::available_backends())
+    backends += " " + b;
   auto* tr = app.add_subcommand("transport", "bandwidth or latency between two processes");
   tr->add_option("--transport", tc.transport, "backend:" + backends)->capture_default_str();
   tr->add_option("--mode", tc.mode, "bw (window of outstanding sends) or lat (ping-pong)")
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   tr->add_option("--listen", tc.listen, "be the passive side on HOST:PORT (for two hosts)");
   tr->add_option("--connect", tc.connect, "measure against a passive side at HOST:PORT");
 
+  auto* list = app.add_subcommand("backends", "print the transport backends of this build");
+
   std::string peer_transport = "tcp", peer_listen = "127.0.0.1:0";
   auto* peer = app.add_subcommand("transport-peer", "internal: the passive side psbench starts");
   peer->group("");  // hidden
@@ -39,6 +42,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*list) {
+      for (const auto& b : psrt::transport::available_backends()) std::cout << b << "\n";
+      return 0;
+    }
     if (*tr) return psrt::bench::run_transport_bench(tc);
     if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen);
   } catch (const psrt::Error& e) {

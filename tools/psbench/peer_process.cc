@@ -27,7 +27,8 @@ PeerProcess::PeerProcess(const std::vector<std::string>& args, std::chrono::mill
   static std::string self = "/proc/self/exe";
   argv.push_back(self.data());
   std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
+  for (auto& a : copy)
+    argv.push_back(a.data());
   argv.push_back(nullptr);
   int rc = ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);

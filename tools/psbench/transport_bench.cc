@@ -112,9 +112,7 @@ class PeerReceiver final : public transport::Receiver {
     }
     if (!finished_.exchange(true)) done_.set_value();
   }
-  void wait() {
-    done_.get_future().wait();
-  }
+  void wait() { done_.get_future().wait(); }
 
  private:
   BenchBuffer recv_;
@@ -135,7 +133,8 @@ class ClientReceiver final : public transport::Receiver {
   }
 
   // Ping-pong `iters` times with `size`-byte payloads, driven from the progress thread.
-  std::vector<double> run_lat(const std::shared_ptr<Connection>& conn, std::size_t size, int iters) {
+  std::vector<double> run_lat(const std::shared_ptr<Connection>& conn, std::size_t size,
+                              int iters) {
     conn_ = conn;
     size_ = size;
     remaining_ = iters;
@@ -158,7 +157,8 @@ class ClientReceiver final : public transport::Receiver {
     done_ = std::promise<void>();
     auto f = done_.get_future();
     auto start = Clock::now();
-    for (int i = 0; i < std::min(window, iters); ++i) issue_data();
+    for (int i = 0; i < std::min(window, iters); ++i)
+      issue_data();
     f.wait();
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
@@ -274,7 +274,8 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
       if (warmup > 0) rx->run_lat(conn, size, warmup);
       auto samples = rx->run_lat(conn, size, cfg.iters);
       double sum = 0;
-      for (double s : samples) sum += s;
+      for (double s : samples)
+        sum += s;
       double avg = sum / static_cast<double>(samples.size());
       out["lat_us_p50"] = percentile(samples, 0.50);
       out["lat_us_p99"] = percentile(samples, 0.99);
@@ -285,8 +286,7 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
       double secs = rx->run_bw(conn, size, cfg.iters, cfg.window);
       out["window"] = cfg.window;
       // MB = 2^20 bytes, as ucx_perftest counts them.
-      out["bandwidth_MBps"] =
-          static_cast<double>(size) * cfg.iters / secs / (1024.0 * 1024.0);
+      out["bandwidth_MBps"] = static_cast<double>(size) * cfg.iters / secs / (1024.0 * 1024.0);
       out["msg_per_sec"] = cfg.iters / secs;
       out["lat_us_p50"] = nullptr;
       out["lat_us_p99"] = nullptr;

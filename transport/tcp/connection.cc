@@ -16,13 +16,18 @@ constexpr std::size_t kMaxIov = 256;
 // A readable event handles at most this many bytes before the loop serves other sockets.
 constexpr std::size_t kReadBudgetBytes = 8u << 20;
 
-bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+bool would_block(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK;
+}
 
 }  // namespace
 
 TcpConnection::TcpConnection(std::shared_ptr<TcpContext> ctx, Fd fd, std::uint64_t id,
                              std::string peer)
-    : ctx_(std::move(ctx)), id_(id), peer_(std::move(peer)), fd_(std::move(fd)),
+    : ctx_(std::move(ctx)),
+      id_(id),
+      peer_(std::move(peer)),
+      fd_(std::move(fd)),
       rbuf_(kReadAheadBytes) {}
 
 TcpConnection::~TcpConnection() = default;
@@ -61,7 +66,8 @@ void TcpConnection::send(std::span<const std::byte> header, std::span<const Cons
   }
   if (payload_bytes > ctx_->options().max_payload_bytes) {
     return reject(ErrorCode::kInvalidArgument,
-                  "payload of " + std::to_string(payload_bytes) + " bytes exceeds max_payload_bytes (" +
+                  "payload of " + std::to_string(payload_bytes) +
+                      " bytes exceeds max_payload_bytes (" +
                       std::to_string(ctx_->options().max_payload_bytes) + ")");
   }
   encode_frame_prefix({static_cast<std::uint16_t>(header.size()), payload_bytes}, msg.head.data());
@@ -78,8 +84,8 @@ void TcpConnection::send(std::span<const std::byte> header, std::span<const Cons
     if (send_closed_) {
       std::vector<SendDone> one;
       one.push_back(std::move(msg.done));
-      complete(std::move(one), Status(ErrorCode::kConnectionClosed,
-                                      "connection to " + peer_ + " is closed"));
+      complete(std::move(one),
+               Status(ErrorCode::kConnectionClosed, "connection to " + peer_ + " is closed"));
       return;
     }
     bool idle = out_.empty();
@@ -134,8 +140,7 @@ Status TcpConnection::flush_locked(std::vector<SendDone>& finished) {
     if (wrote < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) return {};
-      return Status(ErrorCode::kPeerFailed,
-                    "send to " + peer_ + " failed: " + errno_string(errno));
+      return Status(ErrorCode::kPeerFailed, "send to " + peer_ + " failed: " + errno_string(errno));
     }
     auto left = static_cast<std::size_t>(wrote);
     while (left > 0 && !out_.empty()) {
@@ -153,7 +158,8 @@ Status TcpConnection::flush_locked(std::vector<SendDone>& finished) {
 }
 
 void TcpConnection::complete(std::vector<SendDone> finished, const Status& status) {
-  for (auto& d : finished) ctx_->loop().complete(std::move(d), status);
+  for (auto& d : finished)
+    ctx_->loop().complete(std::move(d), status);
 }
 
 void TcpConnection::on_events_on_loop(std::uint32_t events) {
@@ -184,8 +190,8 @@ void TcpConnection::read_on_loop() {
   while (is_open() && budget > 0) {
     if (state_ == RecvState::kPayload) {
       std::size_t want = frame_.payload_len - payload_received_;
-      ssize_t n = ::recv(fd_.get(), static_cast<char*>(placement_.dest.data) + payload_received_,
-                         want, 0);
+      ssize_t n =
+          ::recv(fd_.get(), static_cast<char*>(placement_.dest.data) + payload_received_, want, 0);
       if (n > 0) {
         payload_received_ += static_cast<std::size_t>(n);
         budget -= std::min(budget, static_cast<std::size_t>(n));
@@ -223,8 +229,8 @@ void TcpConnection::read_on_loop() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) return;
     if (n == 0 && state_ == RecvState::kPrefix && rend_ == rbegin_) {
-      return close_on_loop(Status(ErrorCode::kConnectionClosed,
-                                  "peer " + peer_ + " closed the connection"));
+      return close_on_loop(
+          Status(ErrorCode::kConnectionClosed, "peer " + peer_ + " closed the connection"));
     }
     return fail_on_loop(n == 0 ? ErrorCode::kConnectionClosed : ErrorCode::kPeerFailed,
                         (n == 0 ? std::string("peer closed the connection")
@@ -310,7 +316,8 @@ void TcpConnection::close_on_loop(const Status& why) {
     }
   }
   std::vector<SendDone> failed;
-  for (auto& m : pending) failed.push_back(std::move(m.done));
+  for (auto& m : pending)
+    failed.push_back(std::move(m.done));
   if (!failed.empty()) {
     Status st = why.code() == ErrorCode::kConnectionClosed || why.ok()
                     ? Status(ErrorCode::kConnectionClosed,

@@ -26,7 +26,7 @@ class TcpContext;
 
 class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
  public:
-  static constexpr std::size_t kReadAheadBytes = 16 * 1024;
+  static constexpr std::size_t kReadAheadBytes = std::size_t{16} * 1024;
 
   TcpConnection(std::shared_ptr<TcpContext> ctx, Fd fd, std::uint64_t id, std::string peer);
   ~TcpConnection() override;
@@ -68,10 +68,10 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   std::atomic<bool> open_{true};
 
   std::mutex send_mutex_;
-  Fd fd_;                          // closed under send_mutex_
-  std::deque<OutMessage> out_;     // guarded by send_mutex_
-  bool write_armed_ = false;       // guarded by send_mutex_: EPOLLOUT requested
-  bool send_closed_ = false;       // guarded by send_mutex_
+  Fd fd_;                       // closed under send_mutex_
+  std::deque<OutMessage> out_;  // guarded by send_mutex_
+  bool write_armed_ = false;    // guarded by send_mutex_: EPOLLOUT requested
+  bool send_closed_ = false;    // guarded by send_mutex_
 
   // Receive state: loop thread only.
   enum class RecvState { kPrefix, kHeader, kPayload };

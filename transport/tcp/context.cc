@@ -14,7 +14,9 @@ TcpContext::TcpContext(std::shared_ptr<Receiver> receiver, Options options)
 
 TcpContext::~TcpContext() = default;
 
-void TcpContext::start() { loop_.start(); }
+void TcpContext::start() {
+  loop_.start();
+}
 
 std::string TcpContext::listen(const std::string& address) {
   std::string bound;
@@ -72,7 +74,9 @@ std::shared_ptr<Connection> TcpContext::connect(const std::string& address) {
   return conn;
 }
 
-void TcpContext::forget_on_loop(std::uint64_t id) { connections_.erase(id); }
+void TcpContext::forget_on_loop(std::uint64_t id) {
+  connections_.erase(id);
+}
 
 void TcpContext::register_memory(MutableBuffer region) {
   if (region.memory != MemoryType::kHost) {
@@ -87,7 +91,9 @@ void TcpContext::register_memory(MutableBuffer region) {
   registrations_.insert(region.data, region.size, NoHandle{});
 }
 
-void TcpContext::unregister_memory(const void* base) { registrations_.erase(base); }
+void TcpContext::unregister_memory(const void* base) {
+  registrations_.erase(base);
+}
 
 bool TcpContext::is_registered(const void* data, std::size_t size) const {
   return registrations_.covers(data, size);
@@ -98,7 +104,8 @@ void TcpContext::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (!loop_.in_loop()) {
     loop_.run_sync([this] {
-      for (Fd& l : listeners_) loop_.remove_fd_on_loop(l.get());
+      for (Fd& l : listeners_)
+        loop_.remove_fd_on_loop(l.get());
       listeners_.clear();
       auto all = connections_;  // close_on_loop erases from connections_
       for (auto& [id, conn] : all) {

@@ -28,8 +28,7 @@ std::string decode_frame_prefix(std::span<const std::byte, kFramePrefixBytes> in
   }
   auto header_len = wire::load<std::uint16_t>(in.data() + 6);
   if (header_len > kMaxHeaderBytes) {
-    return fmt::format("header of {} bytes exceeds the {}-byte limit", header_len,
-                       kMaxHeaderBytes);
+    return fmt::format("header of {} bytes exceeds the {}-byte limit", header_len, kMaxHeaderBytes);
   }
   auto payload_len = wire::load<std::uint64_t>(in.data() + 8);
   if (payload_len > max_payload_bytes) {

@@ -57,11 +57,11 @@ void recycle_op(std::unique_ptr<SendOp> op) {
 Status status_from_ucs(ucs_status_t st, const std::string& peer, const char* what) {
   if (st == UCS_OK) return {};
   if (st == UCS_ERR_CANCELED) {
-    return Status(ErrorCode::kConnectionClosed,
-                  std::string("connection to ") + peer + " closed before the " + what + " finished");
+    return Status(ErrorCode::kConnectionClosed, std::string("connection to ") + peer +
+                                                    " closed before the " + what + " finished");
   }
-  return Status(ucs_error_code(st), std::string(what) + " with " + peer + " failed: " +
-                                        ucs_status_string(st));
+  return Status(ucs_error_code(st),
+                std::string(what) + " with " + peer + " failed: " + ucs_status_string(st));
 }
 
 }  // namespace
@@ -180,8 +180,7 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
                        UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
   param.cb.send = &UcxConnection::on_send_done;
   param.user_data = op.get();
-  param.memory_type =
-      op->memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  param.memory_type = op->memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   const void* buffer = nullptr;
   std::size_t count = 0;
   if (op->iov.size() == 1) {
@@ -199,8 +198,8 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
   } else {
     param.datatype = ucp_dt_make_contig(1);
   }
-  ucs_status_ptr_t req = ucp_am_send_nbx(ep_, UcxContext::kAmId, op->header.data(),
-                                         op->header_len, buffer, count, &param);
+  ucs_status_ptr_t req = ucp_am_send_nbx(ep_, UcxContext::kAmId, op->header.data(), op->header_len,
+                                         buffer, count, &param);
   if (req == nullptr) {
     ctx_->loop().complete(std::move(op->done), Status());
     return recycle_op(std::move(op));
@@ -271,8 +270,8 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
   };
   param.user_data = op.get();
   param.datatype = ucp_dt_make_contig(1);
-  param.memory_type = placement.dest.memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA
-                                                                  : UCS_MEMORY_TYPE_HOST;
+  param.memory_type =
+      placement.dest.memory == MemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   if (ucp_mem_h memh = ctx_->find_memh(placement.dest.data, length)) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
@@ -344,13 +343,13 @@ void UcxConnection::close_on_loop(const Status& why, bool peer_dead) {
   if (!sends_.empty() || !recvs_.empty()) {
     // A live peer: sends flush and receives land, but no longer than the peer timeout.
     std::weak_ptr<UcxConnection> weak = weak_from_this();
-    ctx_->loop().add_timer_on_loop(
-        EventLoop::Clock::now() + ctx_->options().peer_timeout, [weak, send_status] {
-          if (auto self = weak.lock()) {
-            self->orphan_sends_on_loop(send_status);
-            self->finish_close_on_loop();
-          }
-        });
+    ctx_->loop().add_timer_on_loop(EventLoop::Clock::now() + ctx_->options().peer_timeout,
+                                   [weak, send_status] {
+                                     if (auto self = weak.lock()) {
+                                       self->orphan_sends_on_loop(send_status);
+                                       self->finish_close_on_loop();
+                                     }
+                                   });
   }
   // Otherwise the last receive to land reports the close (finish_recv_on_loop).
   if (peer_dead || recvs_.empty()) finish_close_on_loop();

@@ -18,8 +18,8 @@ UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
   ucp_config_t* config = nullptr;
   PSRT_UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                      UCP_PARAM_FIELD_NAME;
+  params.field_mask =
+      UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = "psrt";
@@ -52,7 +52,8 @@ UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
   am.arg = this;
   am.flags = UCP_AM_FLAG_WHOLE_MSG;
   PSRT_UCS_CHECK(ucp_worker_set_am_recv_handler(worker_, &am));
-  PSRT_LOG_DEBUG("ucx: context ready, CUDA memory {}", cuda_capable_ ? "supported" : "not supported");
+  PSRT_LOG_DEBUG("ucx: context ready, CUDA memory {}",
+                 cuda_capable_ ? "supported" : "not supported");
 }
 
 UcxContext::~UcxContext() {
@@ -78,7 +79,8 @@ void UcxContext::start() {
   EventLoop::Hooks hooks;
   hooks.poll = [this] {
     bool any = false;
-    while (ucp_worker_progress(worker_) != 0) any = true;
+    while (ucp_worker_progress(worker_) != 0)
+      any = true;
     if (!close_requests_.empty()) progress_close_requests();
     return any;
   };
@@ -101,14 +103,16 @@ bool UcxContext::progress_close_requests() {
   return close_requests_.empty();
 }
 
-void UcxContext::track_close_request_on_loop(void* request) { close_requests_.push_back(request); }
+void UcxContext::track_close_request_on_loop(void* request) {
+  close_requests_.push_back(request);
+}
 
 void UcxContext::retire_on_loop(std::shared_ptr<void> thing) {
   if (thing) retired_.push_back(std::move(thing));
 }
 
-ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header_length,
-                               void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param) {
   return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length, param);
 }
 
@@ -137,8 +141,9 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
     return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
   }
   auto conn = it->second;  // keep alive: the receiver may close it
-  conn->receive_on_loop(std::span<const std::byte>(h + kAmRouteBytes, header_length - kAmRouteBytes),
-                        data, length, rndv);
+  conn->receive_on_loop(
+      std::span<const std::byte>(h + kAmRouteBytes, header_length - kAmRouteBytes), data, length,
+      rndv);
   return UCS_OK;
 }
 
@@ -171,10 +176,9 @@ void UcxContext::accept_on_loop(int listen_fd) {
     h.fd = std::move(fd);
     h.peer = peer;
     h.need = kHelloFixedBytes;
-    h.timer = loop_.add_timer_on_loop(EventLoop::Clock::now() + options_.connect_timeout,
-                                      [this, raw] {
-                                        drop_hello_on_loop(raw, "no complete handshake in time");
-                                      });
+    h.timer = loop_.add_timer_on_loop(
+        EventLoop::Clock::now() + options_.connect_timeout,
+        [this, raw] { drop_hello_on_loop(raw, "no complete handshake in time"); });
     loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
                          [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
   }
@@ -203,8 +207,8 @@ void UcxContext::read_hello_on_loop(int fd) {
     }
     if (n <= 0) {
       h.buf.resize(have);
-      return drop_hello_on_loop(fd, n == 0 ? "closed during the handshake (truncated hello)"
-                                           : "handshake read failed");
+      return drop_hello_on_loop(
+          fd, n == 0 ? "closed during the handshake (truncated hello)" : "handshake read failed");
     }
     h.buf.resize(have + static_cast<std::size_t>(n));
     if (h.buf.size() == kHelloFixedBytes && h.need == kHelloFixedBytes) {
@@ -233,7 +237,8 @@ void UcxContext::read_hello_on_loop(int fd) {
   try {
     Hello reply{conn->id(), boot_id_, address_};
     auto bytes = encode_hello(reply);
-    conn->establish_on_loop(hello.conn_id, peer_address, hello.boot_id == boot_id_ && !boot_id_.empty());
+    conn->establish_on_loop(hello.conn_id, peer_address,
+                            hello.boot_id == boot_id_ && !boot_id_.empty());
     write_all(control.get(), bytes.data(), bytes.size(),
               std::chrono::steady_clock::now() + std::chrono::seconds(1));
   } catch (const Error& e) {
@@ -278,7 +283,9 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
   return conn;
 }
 
-void UcxContext::forget_on_loop(std::uint64_t id) { connections_.erase(id); }
+void UcxContext::forget_on_loop(std::uint64_t id) {
+  connections_.erase(id);
+}
 
 ucp_mem_h UcxContext::find_memh(const void* data, std::size_t size) const {
   auto h = registrations_.find(data, size);
@@ -327,7 +334,8 @@ void UcxContext::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (!loop_.in_loop()) {
     loop_.run_sync([this] {
-      for (Fd& l : listeners_) loop_.remove_fd_on_loop(l.get());
+      for (Fd& l : listeners_)
+        loop_.remove_fd_on_loop(l.get());
       listeners_.clear();
       for (auto& [fd, h] : hellos_) {
         loop_.cancel_timer_on_loop(h.timer);
@@ -347,7 +355,8 @@ void UcxContext::shutdown() {
     ucp_worker_progress(worker_);
     progress_close_requests();
   }
-  for (ucp_mem_h h : registrations_.clear()) ucp_mem_unmap(context_, h);
+  for (ucp_mem_h h : registrations_.clear())
+    ucp_mem_unmap(context_, h);
   // Breaks the cycle context -> receiver -> (connections it keeps) -> context.
   receiver_.reset();
 }

@@ -101,10 +101,10 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   std::string boot_id_;
   std::vector<std::byte> address_;
 
-  std::vector<Fd> listeners_;                                                    // loop only
-  std::unordered_map<int, PendingHello> hellos_;                                 // loop only
+  std::vector<Fd> listeners_;                                                      // loop only
+  std::unordered_map<int, PendingHello> hellos_;                                   // loop only
   std::unordered_map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;  // loop only
-  std::vector<void*> close_requests_;                                            // loop only
+  std::vector<void*> close_requests_;                                              // loop only
   std::vector<std::shared_ptr<void>> retired_;  // loop only; freed after ucp_worker_destroy
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> shut_down_{false};
