@@ -312,8 +312,10 @@ TEST_P(TransportConformance, KilledSenderIsReportedWithinTheBound) {
   auto other = make(rx2);
   auto c2 = other->connect(addr);
   SendWaiter w;
+  std::size_t before_count = rx->message_count();
   c2->send(bytes_of("still here"), {}, w.callback());
-  ASSERT_TRUE(rx->wait_messages(rx->message_count() + 1));
+  ASSERT_TRUE(w.wait(1));
+  ASSERT_TRUE(rx->wait_messages(before_count + 1));
 }
 
 TEST_P(TransportConformance, KilledReceiverFailsPendingSendsWithinTheBound) {
