@@ -1,6 +1,7 @@
 #include "transport_bench.h"
 
 #include <sys/mman.h>
+#include <x86intrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,26 @@ namespace psrt::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Per-iteration timestamps from the TSC, as ucx_perftest takes them (a clock_gettime costs about
+// twice as much here and would be charged to every iteration), calibrated against steady_clock.
+class TscClock {
+ public:
+  TscClock() {
+    auto t0 = Clock::now();
+    std::uint64_t c0 = __rdtsc();
+    while (Clock::now() - t0 < std::chrono::milliseconds(50)) {
+    }
+    std::uint64_t c1 = __rdtsc();
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    us_per_tick_ = us / static_cast<double>(c1 - c0);
+  }
+  static std::uint64_t now() { return __rdtsc(); }
+  double to_us(std::uint64_t ticks) const { return static_cast<double>(ticks) * us_per_tick_; }
+
+ private:
+  double us_per_tick_ = 0;
+};
 using transport::Connection;
 using transport::Placement;
 
@@ -142,7 +163,7 @@ class ClientReceiver final : public transport::Receiver {
     samples_.reserve(static_cast<std::size_t>(iters));
     done_ = std::promise<void>();
     auto f = done_.get_future();
-    t_ = Clock::now();
+    t_ = TscClock::now();
     send_ping();
     f.wait();
     return samples_;
@@ -172,8 +193,8 @@ class ClientReceiver final : public transport::Receiver {
       done_.set_value();
       return;
     }
-    auto now = Clock::now();
-    samples_.push_back(std::chrono::duration<double, std::micro>(now - t_).count() / 2);
+    std::uint64_t now = TscClock::now();
+    samples_.push_back(tsc_.to_us(now - t_) / 2);
     t_ = now;
     if (--remaining_ > 0) {
       send_ping();
@@ -216,7 +237,8 @@ class ClientReceiver final : public transport::Receiver {
   int to_issue_ = 0;
   std::uint64_t total_ = 0;
   std::vector<double> samples_;
-  Clock::time_point t_;
+  TscClock tsc_;
+  std::uint64_t t_ = 0;
   std::promise<void> done_;
   std::atomic<bool> finishing_{false};
 };

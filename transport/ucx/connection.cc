@@ -35,6 +35,9 @@ namespace {
 // Send ops are recycled on the progress thread, where every send completes: the steady state of
 // a stream of sends allocates nothing.
 thread_local std::vector<std::unique_ptr<SendOp>> t_free_ops;
+// Below this size a payload travels eager (copied through UCX's buffers), so the registration
+// cache is not consulted.
+constexpr std::size_t kMemhMinBytes = 8192;
 constexpr std::size_t kMaxFreeOps = 256;
 
 std::unique_ptr<SendOp> acquire_op(bool on_loop) {
@@ -156,11 +159,11 @@ void UcxConnection::send(std::span<const std::byte> header, std::span<const Cons
   }
   op->header_len = kAmRouteBytes + header.size();
   std::memcpy(op->header.data() + kAmRouteBytes, header.data(), header.size());
-  op->conn = shared_from_this();
   if (ctx_->loop().in_loop()) {
     issue_on_loop(std::move(op));
   } else {
     // Hand-off to the progress thread; the loop's wake-up is ucp_worker_signal.
+    op->conn = shared_from_this();
     ctx_->loop().post([op = op.release()] {
       auto conn = op->conn;
       conn->issue_on_loop(std::unique_ptr<SendOp>(op));
@@ -187,9 +190,12 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
     buffer = op->iov[0].buffer;
     count = op->iov[0].length;
     param.datatype = ucp_dt_make_contig(1);
-    if (ucp_mem_h memh = ctx_->find_memh(buffer, count)) {
-      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      param.memh = memh;
+    // Small payloads go eager through UCX's own buffers: a registration would not be used.
+    if (count >= kMemhMinBytes) {
+      if (ucp_mem_h memh = ctx_->find_memh(buffer, count)) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = memh;
+      }
     }
   } else if (op->iov.size() > 1) {
     buffer = op->iov.data();
@@ -208,7 +214,8 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
     ctx_->loop().complete(std::move(op->done), status_from_ucs(UCS_PTR_STATUS(req), peer_, "send"));
     return recycle_op(std::move(op));
   }
-  sends_.insert(op.release());  // owned by UCX until on_send_done
+  if (!op->conn) op->conn = shared_from_this();  // alive until UCX completes the send
+  sends_.insert(op.release());                  // owned by UCX until on_send_done
 }
 
 void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_data) {
