@@ -36,9 +36,6 @@ struct Options {
   std::size_t max_payload_bytes = std::size_t{1} << 31;
   // The progress thread busy-polls this long after its last event before it sleeps.
   std::chrono::microseconds spin{100};
-  // TCP: payloads of at least this size are striped over `tcp_streams` sockets per peer.
-  int tcp_streams = 1;
-  std::size_t tcp_stripe_min_bytes = std::size_t{1} << 20;
 };
 
 // Completion of one send. Runs exactly once, on the progress thread.

@@ -39,15 +39,18 @@ int main(int argc, char** argv) {
   peer->group("");  // hidden
   peer->add_option("--transport", peer_transport);
   peer->add_option("--listen", peer_listen);
+  std::size_t peer_max_size = std::size_t{1} << 30;
+  peer->add_option("--max-size", peer_max_size);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*list) {
-      for (const auto& b : psrt::transport::available_backends()) std::cout << b << "\n";
+      for (const auto& b : psrt::transport::available_backends())
+        std::cout << b << "\n";
       return 0;
     }
     if (*tr) return psrt::bench::run_transport_bench(tc);
-    if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen);
+    if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";
     return 1;

@@ -252,10 +252,9 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-int run_transport_peer(const std::string& transport_name, const std::string& listen_address) {
+int run_transport_peer(const std::string& transport_name, const std::string& listen_address,
+                       std::size_t max_size) {
   log::set_prefix("psbench-peer");
-  std::size_t max_size = 1u << 30;
-  if (const char* s = std::getenv("PSBENCH_MAX_SIZE")) max_size = std::stoull(s);
   auto rx = std::make_shared<PeerReceiver>(max_size);
   auto t = transport::create_transport(transport_name, rx);
   rx->attach(*t);
@@ -270,12 +269,11 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
   std::size_t max_size = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   std::unique_ptr<PeerProcess> peer;
   std::string address = cfg.connect;
-  if (!cfg.listen.empty()) return run_transport_peer(cfg.transport, cfg.listen);
+  if (!cfg.listen.empty()) return run_transport_peer(cfg.transport, cfg.listen, max_size);
   if (address.empty()) {
-    setenv("PSBENCH_MAX_SIZE", std::to_string(max_size).c_str(), 1);
     peer = std::make_unique<PeerProcess>(
         std::vector<std::string>{"transport-peer", "--transport", cfg.transport, "--listen",
-                                 "127.0.0.1:0"},
+                                 "127.0.0.1:0", "--max-size", std::to_string(max_size)},
         std::chrono::seconds(30));
     address = peer->address();
   }

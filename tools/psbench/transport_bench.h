@@ -16,14 +16,16 @@ struct TransportBenchConfig {
   int iters = 1000;
   int warmup = -1;  // -1: iters / 10, at least 10
   int window = 16;
-  std::string listen;   // run as the passive side on this address
+  std::string listen;   // run as the passive side on this address (takes up to max(sizes))
   std::string connect;  // run as the active side against a peer started elsewhere
 };
 
 // Prints one JSON object per size on stdout. Returns the process exit code.
 int run_transport_bench(const TransportBenchConfig& config);
 
-// The passive side: echoes pings, counts data, acknowledges batches, exits on BYE.
-int run_transport_peer(const std::string& transport, const std::string& listen_address);
+// The passive side: echoes pings, counts data, acknowledges batches, exits on BYE. Takes
+// payloads of up to `max_size` bytes.
+int run_transport_peer(const std::string& transport, const std::string& listen_address,
+                       std::size_t max_size);
 
 }  // namespace psrt::bench

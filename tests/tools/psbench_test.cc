@@ -1,0 +1,90 @@
+// psbench's output contract: one JSON object per size with the documented fields, for every
+// backend; bad flags are refused with a message.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "transport/factory.h"
+
+namespace {
+
+struct Result {
+  int status = 0;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(PSBENCH_PATH) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  Result r;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
+  r.status = ::pclose(p);
+  return r;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') v.push_back(nlohmann::json::parse(line));
+  }
+  return v;
+}
+
+class PsbenchTransport : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsbenchTransport, LatencyPrintsOneObjectPerSize) {
+  auto r = run("transport --transport " + GetParam() + " --mode lat --size 8,4096 --iters 200");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["bench"], "transport");
+    EXPECT_EQ(j["transport"], GetParam());
+    EXPECT_EQ(j["mode"], "lat");
+    EXPECT_EQ(j["size"], i == 0 ? 8 : 4096);
+    EXPECT_EQ(j["iters"], 200);
+    EXPECT_GT(j["lat_us_p50"].get<double>(), 0);
+    EXPECT_GE(j["lat_us_p99"].get<double>(), j["lat_us_p50"].get<double>());
+    EXPECT_GT(j["bandwidth_MBps"].get<double>(), 0);
+  }
+}
+
+TEST_P(PsbenchTransport, BandwidthCountsPayloadBytes) {
+  auto r = run("transport --transport " + GetParam() + " --mode bw --size 1048576 --iters 50");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  const auto& j = lines[0];
+  EXPECT_EQ(j["mode"], "bw");
+  EXPECT_TRUE(j["lat_us_p50"].is_null());
+  double mbps = j["bandwidth_MBps"].get<double>();
+  double rate = j["msg_per_sec"].get<double>();
+  EXPECT_NEAR(mbps, rate * 1.0, mbps * 1e-6) << "1 MiB messages: MB/s equals messages/s";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PsbenchTransport,
+                         ::testing::ValuesIn(psrt::transport::available_backends()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Psbench, RefusesBadFlagsWithAMessage) {
+  auto r = run("transport --transport carrier-pigeon --iters 10");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown transport 'carrier-pigeon'"), std::string::npos) << r.out;
+  r = run("transport --mode sideways");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--mode"), std::string::npos) << r.out;
+  r = run("transport --connect not-an-address --iters 10");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("HOST:PORT"), std::string::npos) << r.out;
+}
+
+}  // namespace
