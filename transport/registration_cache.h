@@ -10,6 +10,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "psrt/error.h"
+
 namespace psrt::transport {
 
 template <typename Handle>
@@ -28,7 +30,19 @@ class RegistrationCache {
 
   bool covers(const void* data, std::size_t size) const { return find(data, size).has_value(); }
 
-  // Adds [data, data+size). The caller checks overlaps() first: regions never overlap.
+  // Before registering [data, data+size): false when one region already covers it (nothing to
+  // do); throws psrt::Error(kInvalidArgument) when it overlaps a region only in part.
+  bool needs_registration(const void* data, std::size_t size) const {
+    if (covers(data, size)) return false;
+    if (overlaps(data, size)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "memory region overlaps a registered region without being inside it; "
+                  "unregister that one first");
+    }
+    return true;
+  }
+
+  // Adds [data, data+size) after needs_registration() said so: regions never overlap.
   void insert(const void* data, std::size_t size, Handle handle) {
     auto start = reinterpret_cast<std::uintptr_t>(data);
     std::unique_lock lock(mutex_);

@@ -19,15 +19,7 @@ void TcpContext::start() {
 }
 
 std::string TcpContext::listen(const std::string& address) {
-  std::string bound;
-  Fd fd = listen_tcp(address, bound);
-  int raw = fd.get();
-  loop_.run_sync([&] {
-    listeners_.push_back(std::move(fd));
-    loop_.add_fd_on_loop(raw, EPOLLIN, [this, raw](std::uint32_t) { accept_on_loop(raw); });
-  });
-  PSRT_LOG_DEBUG("tcp: listening on {}", bound);
-  return bound;
+  return listeners_.add(address, [this](int fd) { accept_on_loop(fd); });
 }
 
 void TcpContext::accept_on_loop(int listen_fd) {
@@ -82,12 +74,7 @@ void TcpContext::register_memory(MutableBuffer region) {
   if (region.memory != MemoryType::kHost) {
     throw Error(ErrorCode::kUnsupported, "the tcp transport cannot register CUDA memory");
   }
-  if (registrations_.covers(region.data, region.size)) return;
-  if (registrations_.overlaps(region.data, region.size)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "memory region overlaps a registered region without being inside it; "
-                "unregister that one first");
-  }
+  if (!registrations_.needs_registration(region.data, region.size)) return;
   registrations_.insert(region.data, region.size, NoHandle{});
 }
 
@@ -104,9 +91,7 @@ void TcpContext::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (!loop_.in_loop()) {
     loop_.run_sync([this] {
-      for (Fd& l : listeners_)
-        loop_.remove_fd_on_loop(l.get());
-      listeners_.clear();
+      listeners_.close_all_on_loop();
       auto all = connections_;  // close_on_loop erases from connections_
       for (auto& [id, conn] : all) {
         conn->close_on_loop(Status(ErrorCode::kCancelled, "transport shut down"));

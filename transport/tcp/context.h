@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/event_loop.h"
+#include "transport/listeners.h"
 #include "transport/registration_cache.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
@@ -49,7 +50,7 @@ class TcpContext : public std::enable_shared_from_this<TcpContext> {
   const Options options_;
   std::shared_ptr<Receiver> receiver_;
   EventLoop loop_;
-  std::vector<Fd> listeners_;  // loop thread only
+  Listeners listeners_{loop_};
   std::unordered_map<std::uint64_t, std::shared_ptr<TcpConnection>> connections_;  // loop only
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> shut_down_{false};

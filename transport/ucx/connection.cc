@@ -215,7 +215,7 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
     return recycle_op(std::move(op));
   }
   if (!op->conn) op->conn = shared_from_this();  // alive until UCX completes the send
-  sends_.insert(op.release());                  // owned by UCX until on_send_done
+  sends_.insert(op.release());                   // owned by UCX until on_send_done
 }
 
 void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_data) {

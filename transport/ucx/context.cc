@@ -148,15 +148,7 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
 }
 
 std::string UcxContext::listen(const std::string& address) {
-  std::string bound;
-  Fd fd = listen_tcp(address, bound);
-  int raw = fd.get();
-  loop_.run_sync([&] {
-    listeners_.push_back(std::move(fd));
-    loop_.add_fd_on_loop(raw, EPOLLIN, [this, raw](std::uint32_t) { accept_on_loop(raw); });
-  });
-  PSRT_LOG_DEBUG("ucx: listening on {}", bound);
-  return bound;
+  return listeners_.add(address, [this](int fd) { accept_on_loop(fd); });
 }
 
 void UcxContext::accept_on_loop(int listen_fd) {
@@ -212,20 +204,16 @@ void UcxContext::read_hello_on_loop(int fd) {
     }
     h.buf.resize(have + static_cast<std::size_t>(n));
     if (h.buf.size() == kHelloFixedBytes && h.need == kHelloFixedBytes) {
-      Hello tmp;
       std::size_t address_len = 0;
       std::string why = decode_hello_fixed(
-          std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes), tmp,
+          std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes), h.hello,
           address_len);
       if (!why.empty()) return drop_hello_on_loop(fd, why);
       h.need = kHelloFixedBytes + address_len;
     }
   }
   // Whole hello: create our side, answer with our own hello, and hand the connection out.
-  Hello hello;
-  std::size_t address_len = 0;
-  decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes),
-                     hello, address_len);
+  Hello hello = std::move(h.hello);
   std::vector<std::byte> peer_address(h.buf.begin() + kHelloFixedBytes, h.buf.end());
   loop_.cancel_timer_on_loop(h.timer);
   loop_.remove_fd_on_loop(fd);
@@ -296,12 +284,7 @@ void UcxContext::register_memory(MutableBuffer region) {
   if (!supports(region.memory)) {
     throw Error(ErrorCode::kUnsupported, "this UCX build cannot register CUDA memory");
   }
-  if (registrations_.covers(region.data, region.size)) return;
-  if (registrations_.overlaps(region.data, region.size)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "memory region overlaps a registered region without being inside it; "
-                "unregister that one first");
-  }
+  if (!registrations_.needs_registration(region.data, region.size)) return;
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                   UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
@@ -334,9 +317,7 @@ void UcxContext::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (!loop_.in_loop()) {
     loop_.run_sync([this] {
-      for (Fd& l : listeners_)
-        loop_.remove_fd_on_loop(l.get());
-      listeners_.clear();
+      listeners_.close_all_on_loop();
       for (auto& [fd, h] : hellos_) {
         loop_.cancel_timer_on_loop(h.timer);
         loop_.remove_fd_on_loop(fd);

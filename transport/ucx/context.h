@@ -32,9 +32,11 @@
 #include <vector>
 
 #include "transport/event_loop.h"
+#include "transport/listeners.h"
 #include "transport/registration_cache.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
+#include "transport/ucx/hello.h"
 
 namespace psrt::transport::ucx {
 
@@ -79,6 +81,7 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
     std::string peer;
     std::vector<std::byte> buf;
     std::size_t need = 0;  // total bytes expected so far (fixed part, then + address)
+    Hello hello;           // decoded once the fixed part is in
     std::uint64_t timer = 0;
   };
 
@@ -101,7 +104,7 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   std::string boot_id_;
   std::vector<std::byte> address_;
 
-  std::vector<Fd> listeners_;                                                      // loop only
+  Listeners listeners_{loop_};
   std::unordered_map<int, PendingHello> hellos_;                                   // loop only
   std::unordered_map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;  // loop only
   std::vector<void*> close_requests_;                                              // loop only
