@@ -1,0 +1,108 @@
+// The AVX2 backend: 8 fp32 lanes, fp16 widened by F16C (VCVTPH2PS), bf16 by a 16-bit shift.
+// This file is compiled with -mavx2 -mf16c and is only called when cpu_has_isa(kAvx2) holds.
+// Each lane performs exactly the IEEE operations of update_element, in the same order, with
+// separate multiplies and adds (-ffp-contract=off keeps the compiler from fusing them), so the
+// results equal the scalar backend's bit for bit.
+#include <immintrin.h>
+
+#include "kernels/fused_sgd_internal.h"
+
+namespace psrt::kernels::detail {
+namespace {
+
+constexpr std::size_t kLanes = 8;
+// Vectors in flight per step: the sum over gradients is a dependency chain per vector, so
+// several independent chains hide the add latency.
+constexpr std::size_t kUnroll = 4;
+
+template <DType T>
+__m256 load8(const void* grads, std::size_t i) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(grads) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(grads) + i));
+    if constexpr (T == DType::kF16) {
+      return _mm256_cvtph_ps(h);
+    } else {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+struct Params8 {
+  __m256 grad_scale, lr, weight_decay, momentum, one_minus_dampening;
+};
+
+Params8 broadcast(const ElementParams& p) {
+  return Params8{_mm256_set1_ps(p.grad_scale), _mm256_set1_ps(p.lr), _mm256_set1_ps(p.weight_decay),
+                 _mm256_set1_ps(p.momentum), _mm256_set1_ps(p.one_minus_dampening)};
+}
+
+// update_element on 8 lanes.
+void update8(__m256 g, float* w_ptr, float* m_ptr, const ElementParams& p, const Params8& v) {
+  const __m256 w = _mm256_loadu_ps(w_ptr);
+  g = _mm256_mul_ps(g, v.grad_scale);
+  if (p.has_weight_decay) g = _mm256_add_ps(g, _mm256_mul_ps(v.weight_decay, w));
+  if (p.has_momentum) {
+    const __m256 buf = p.first_step
+                           ? g
+                           : _mm256_add_ps(_mm256_mul_ps(v.momentum, _mm256_loadu_ps(m_ptr)),
+                                           _mm256_mul_ps(v.one_minus_dampening, g));
+    _mm256_storeu_ps(m_ptr, buf);
+    g = p.nesterov ? _mm256_add_ps(g, _mm256_mul_ps(v.momentum, buf)) : buf;
+  }
+  _mm256_storeu_ps(w_ptr, _mm256_sub_ps(w, _mm256_mul_ps(v.lr, g)));
+}
+
+// Sums the gradients of U consecutive vectors starting at element i in the fixed order
+// j = 0..N-1 (each gradient element is loaded once), then updates them.
+template <DType T, std::size_t U>
+void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8& v, std::size_t i) {
+  __m256 g[U];
+  for (std::size_t k = 0; k < U; ++k) {
+    g[k] = load8<T>(u.grads[0], i + k * kLanes);
+  }
+  for (int j = 1; j < u.num_grads; ++j) {
+    const void* src = u.grads[j];
+    for (std::size_t k = 0; k < U; ++k) {
+      g[k] = _mm256_add_ps(g[k], load8<T>(src, i + k * kLanes));
+    }
+  }
+  for (std::size_t k = 0; k < U; ++k) {
+    const std::size_t at = i + k * kLanes;
+    update8(g[k], u.weights + at, p.has_momentum ? u.momentum + at : nullptr, p, v);
+  }
+}
+
+template <DType T>
+void run(const SliceUpdate& u, const SgdConfig& cfg) {
+  const ElementParams p = make_element_params(u, cfg);
+  const Params8 v = broadcast(p);
+  std::size_t i = 0;
+  for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
+    update_vectors<T, kUnroll>(u, p, v, i);
+  }
+  for (; i + kLanes <= u.count; i += kLanes) {
+    update_vectors<T, 1>(u, p, v, i);
+  }
+  update_elements_scalar<T>(u, p, i, u.count);
+}
+
+}  // namespace
+
+void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg) {
+  switch (u.dtype) {
+    case DType::kF32:
+      run<DType::kF32>(u, cfg);
+      break;
+    case DType::kF16:
+      run<DType::kF16>(u, cfg);
+      break;
+    case DType::kBF16:
+      run<DType::kBF16>(u, cfg);
+      break;
+  }
+}
+
+}  // namespace psrt::kernels::detail

@@ -1,0 +1,119 @@
+// What the CPU backends of fused_sgd_cpu share: the per-element update in the spec's order, the
+// exact fp16/bf16 -> fp32 conversions, and one entry point per ISA. Not a public header.
+//
+// Every function defined here is `static inline` on purpose: the ISA files are compiled with
+// -mavx2 / -mavx512f, and an ordinary inline function is emitted as one COMDAT copy that the
+// linker may take from the AVX-512 object for the scalar path, which would fault on a CPU
+// without AVX-512. Internal linkage gives each object file its own copy. For the same reason
+// these helpers use no std:: templates.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/fused_sgd.h"
+
+namespace psrt::kernels::detail {
+
+// The loop-invariant parts of the update, computed once per call so every ISA (and the tail of
+// every ISA) uses the same fp32 constants.
+struct ElementParams {
+  float grad_scale;
+  float lr;
+  float weight_decay;
+  float momentum;
+  float one_minus_dampening;  // 1 - dampening, rounded to fp32 once
+  bool has_weight_decay;
+  bool has_momentum;
+  bool nesterov;
+  bool first_step;
+};
+
+static inline ElementParams make_element_params(const SliceUpdate& u, const SgdConfig& cfg) {
+  return ElementParams{u.grad_scale,        cfg.lr,
+                       cfg.weight_decay,    cfg.momentum,
+                       1.f - cfg.dampening, cfg.weight_decay != 0.f,
+                       cfg.momentum != 0.f, cfg.nesterov,
+                       u.first_step};
+}
+
+// Exact fp16 -> fp32, including subnormals, infinities and NaNs. A NaN keeps its payload and
+// gets the quiet bit set, which is what VCVTPH2PS does, so the scalar tail matches the vector
+// body bit for bit.
+static inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits = 0;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: mantissa * 2^-24. Every one is a normal fp32; shift the leading one into
+    // the implicit-bit position and lower the exponent by the shift.
+    exponent = 127 - 14;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// bf16 is the top half of an fp32, so widening is a shift.
+static inline float bf16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <DType T>
+static inline float load_grad(const void* grads, std::size_t i) {
+  if constexpr (T == DType::kF32) {
+    return static_cast<const float*>(grads)[i];
+  } else if constexpr (T == DType::kF16) {
+    return half_to_float(static_cast<const std::uint16_t*>(grads)[i]);
+  } else {
+    return bf16_to_float(static_cast<const std::uint16_t*>(grads)[i]);
+  }
+}
+
+// The spec's steps after the sum, for one element. The vector bodies perform the same IEEE
+// operations in the same order on each lane.
+static inline void update_element(float g, float* w, float* m, const ElementParams& p) {
+  g = g * p.grad_scale;
+  if (p.has_weight_decay) g = g + p.weight_decay * *w;
+  if (p.has_momentum) {
+    const float buf = p.first_step ? g : p.momentum * *m + p.one_minus_dampening * g;
+    *m = buf;
+    g = p.nesterov ? g + p.momentum * buf : buf;
+  }
+  *w = *w - p.lr * g;
+}
+
+// Elements [begin, end) one at a time: the scalar backend's whole loop and every ISA's tail.
+template <DType T>
+static inline void update_elements_scalar(const SliceUpdate& u, const ElementParams& p,
+                                          std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    float g = load_grad<T>(u.grads[0], i);
+    for (int j = 1; j < u.num_grads; ++j)
+      g = g + load_grad<T>(u.grads[j], i);
+    update_element(g, u.weights + i, p.has_momentum ? u.momentum + i : nullptr, p);
+  }
+}
+
+// One per ISA, each in its own file compiled for that ISA. They assume a validated SliceUpdate
+// (fused_sgd.cc checks it) and that the CPU has the ISA.
+void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg);
+void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg);
+void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg);
+
+}  // namespace psrt::kernels::detail

@@ -1,0 +1,23 @@
+// The portable backend: one element at a time, through the same element function that the
+// vector backends use for their tails. Compiled for the baseline ISA, so it runs anywhere and
+// is the reference the vector backends are tested against bit for bit.
+#include "kernels/fused_sgd_internal.h"
+
+namespace psrt::kernels::detail {
+
+void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg) {
+  const ElementParams p = make_element_params(u, cfg);
+  switch (u.dtype) {
+    case DType::kF32:
+      update_elements_scalar<DType::kF32>(u, p, 0, u.count);
+      break;
+    case DType::kF16:
+      update_elements_scalar<DType::kF16>(u, p, 0, u.count);
+      break;
+    case DType::kBF16:
+      update_elements_scalar<DType::kBF16>(u, p, 0, u.count);
+      break;
+  }
+}
+
+}  // namespace psrt::kernels::detail
