@@ -24,6 +24,10 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "transport error";
     case ErrorCode::kCancelled:
       return "cancelled";
+    case ErrorCode::kAuthentication:
+      return "authentication failed";
+    case ErrorCode::kNotFound:
+      return "not found";
     case ErrorCode::kInternal:
       return "internal error";
   }

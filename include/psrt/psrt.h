@@ -1,0 +1,152 @@
+// psrt worker API: push gradients to and pull weights from the job's parameter servers.
+//
+// A job is started by `psrun` (tools/psrun), which runs a scheduler, S servers and N copies of
+// your program with the PSRT_* environment set (`psrun --help-env` lists it). Your program joins
+// with Worker::from_env(). A tensor is a key (any uint64_t you choose) and a float array; psrt
+// cuts it into slices spread over the servers, but you only ever see whole tensors.
+//
+//   #include <psrt/psrt.h>
+//   int main() {
+//     psrt::Worker w = psrt::Worker::from_env();
+//     std::vector<float> weights(1000, 0.f), grad(1000);
+//     w.set_optimizer({.lr = 0.1f, .momentum = 0.9f});
+//     w.init(/*key=*/7, weights);                  // first init of key 7 in the job wins
+//     w.pull(7, weights).wait();                   // everyone starts from the same values
+//     for (int step = 0; step < 100; ++step) {
+//       compute_gradient(weights, grad);           // your model
+//       w.push_pull(7, grad, weights).wait();      // weights = result of this round
+//     }
+//     w.shutdown();
+//   }
+//
+// Contracts common to every call:
+// - Thread safety: every method may be called from several threads at once, except that the
+//   Worker must not be destroyed or moved while calls are running.
+// - Asynchronous calls (push, pull, push_pull) return a Handle at once. The spans they take are
+//   read (gradients) or written (weights) in place, with no copy: keep them alive and do not
+//   touch them until the Handle completes.
+// - Errors: blocking calls throw psrt::Error; asynchronous ones report through Handle::wait(),
+//   which throws psrt::Error naming the server, key and cause (a lost server, a timeout, a
+//   refused request). Every wait is bounded by PSRT_OP_TIMEOUT_MS.
+// - Consistency is chosen per job (psrun --mode): in `sync` a pull returns the weights of the
+//   round that includes this worker's last push of the key; in `async` and `ssp` it returns
+//   weights that include at least every gradient this worker pushed before it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "psrt/error.h"
+
+namespace psrt {
+
+using Key = std::uint64_t;
+
+// torch.optim.SGD's parameters, applied on the servers.
+struct OptimizerConfig {
+  float lr = 0.01f;
+  float momentum = 0.f;
+  float dampening = 0.f;
+  float weight_decay = 0.f;
+  bool nesterov = false;
+};
+
+// Gradient element types. Weights are always fp32; gradients may travel as fp16 or bf16 to
+// halve the bytes pushed (the servers accumulate in fp32).
+enum class GradType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+namespace detail {
+struct HandleState;
+}
+
+// Completion of one asynchronous operation. Copyable; all copies see the same completion.
+// A default-constructed Handle is already complete.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<detail::HandleState> state) : state_(std::move(state)) {}
+
+  // Blocks until the operation completes (bounded by PSRT_OP_TIMEOUT_MS) and rethrows its error
+  // as psrt::Error. May be called several times and from several threads.
+  void wait() const;
+  // Waits up to `timeout`; true when complete (then wait() returns or throws at once).
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // True once complete, without blocking.
+  bool ready() const;
+
+ private:
+  std::shared_ptr<detail::HandleState> state_;
+};
+
+// How a worker reaches its job. from_env() fills this from the PSRT_* environment; programs
+// that launch processes themselves can fill it directly.
+struct WorkerOptions {
+  std::string scheduler;      // "host:port" (PSRT_SCHEDULER)
+  std::string transport;      // "ucx" or "tcp" (PSRT_TRANSPORT)
+  std::string secret;         // the job secret (PSRT_SECRET)
+  int rank = -1;              // wanted rank, -1 = any free one (PSRT_RANK)
+  std::chrono::milliseconds op_timeout{300'000};      // PSRT_OP_TIMEOUT_MS
+  std::chrono::milliseconds connect_timeout{30'000};  // PSRT_CONNECT_TIMEOUT_MS
+  std::chrono::milliseconds heartbeat{1'000};         // PSRT_HEARTBEAT_MS
+};
+
+class Worker {
+ public:
+  // Joins the job described by the PSRT_* environment that psrun sets. Blocking: returns once
+  // the scheduler has admitted this worker (in a new job, once every worker and server has
+  // arrived). Throws psrt::Error naming the variable that is missing or malformed, or the peer
+  // that could not be reached.
+  static Worker from_env();
+  // Same, from explicit options.
+  static Worker join(const WorkerOptions& options);
+
+  Worker(Worker&&) noexcept;
+  Worker& operator=(Worker&&) noexcept;
+  ~Worker();  // shutdown(), errors logged instead of thrown
+
+  int rank() const;
+  // Live workers when this one joined (workers may join and leave later).
+  int num_workers() const;
+  int num_servers() const;
+  // The checkpoint round the job resumed from (psrun --checkpoint-dir), 0 for a fresh job.
+  std::uint64_t resume_round() const;
+
+  // Sets the servers' optimizer. Blocking. Call it before the first push, with the same values
+  // on every worker (a different value is refused). Without it, psrun's --lr/--momentum/...
+  // apply.
+  void set_optimizer(const OptimizerConfig& config);
+
+  // Stores `value` as key's initial weights unless the key already exists (the first init in
+  // the job wins; later ones check the size and keep the stored values). Blocking: returns once
+  // the value is stored. When the job resumes from a checkpoint, the checkpoint's weights win.
+  void init(Key key, std::span<const float> value);
+
+  // Sends a gradient for `key` (same length as its weights). Completes once every server has
+  // received its slice; `grad` may be reused then.
+  Handle push(Key key, std::span<const float> grad);
+  // The same with fp16/bf16 gradient bits (`count` elements at `grad`).
+  Handle push(Key key, const std::uint16_t* grad, std::size_t count, GradType type);
+  // Receives key's weights into `out` (same length). See the consistency note above.
+  Handle pull(Key key, std::span<float> out);
+  // push + pull in one message per slice: `out` = the weights after the round that includes
+  // `grad`. `grad` and `out` may not overlap.
+  Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);
+
+  // Blocks until every live worker has called barrier(). Bounded by PSRT_OP_TIMEOUT_MS.
+  void barrier();
+
+  // Leaves the job: waits for this worker's outstanding operations (bounded), unregisters from
+  // the scheduler and closes every connection. Idempotent; later calls on this Worker throw.
+  void shutdown();
+
+  class Impl;
+
+ private:
+  explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace psrt

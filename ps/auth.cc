@@ -1,0 +1,69 @@
+#include "ps/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <fmt/core.h>
+
+namespace psrt::ps {
+
+Nonce random_nonce() {
+  Nonce n;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1)
+    throw Error(ErrorCode::kSystem, "RAND_bytes failed: no entropy for the auth nonce");
+  return n;
+}
+
+Digest prove(std::string_view secret, std::string_view label, const Nonce& first,
+             const Nonce& second) {
+  std::string msg = "psrt-auth-v1:";
+  msg += label;
+  msg.append(reinterpret_cast<const char*>(first.data()), first.size());
+  msg.append(reinterpret_cast<const char*>(second.data()), second.size());
+  Digest d;
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
+            reinterpret_cast<unsigned char*>(d.data()), &len) ||
+      len != d.size())
+    throw Error(ErrorCode::kInternal, "HMAC-SHA256 failed");
+  return d;
+}
+
+bool same_digest(std::span<const std::byte> a, const Digest& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), b.size()) == 0;
+}
+
+std::string generate_secret() {
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof raw) != 1)
+    throw Error(ErrorCode::kSystem, "RAND_bytes failed: cannot generate a job secret");
+  std::string hex;
+  for (unsigned char c : raw) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot read the secret file '{}': {}", path, std::strerror(errno)));
+  std::string line;
+  std::getline(in, line);
+  auto first = line.find_first_not_of(" \t\r");
+  auto last = line.find_last_not_of(" \t\r");
+  line = first == std::string::npos ? "" : line.substr(first, last - first + 1);
+  if (line.size() < 16)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the secret in '{}' has {} characters; use at least 16 (e.g. `openssl "
+                            "rand -hex 32 > {}`)",
+                            path, line.size(), path));
+  return line;
+}
+
+}  // namespace psrt::ps

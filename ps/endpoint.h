@@ -1,0 +1,127 @@
+// Authenticated peers on top of a transport: every connection first runs the HELLO / CHALLENGE /
+// AUTH / WELCOME handshake (ps/auth.h); only then are its messages decoded for the role's
+// Handler. A bad message (malformed header, wrong version, wrong secret, a message before auth)
+// gets an ERROR reply naming the cause, then the connection is closed; other peers carry on.
+//
+// Threads: Handler callbacks run on the transport's progress thread and must not block.
+// Peer::send and Peer::close may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/auth.h"
+#include "ps/protocol.h"
+#include "transport/transport.h"
+
+namespace psrt::ps {
+
+class Peer : public std::enable_shared_from_this<Peer> {
+ public:
+  explicit Peer(std::shared_ptr<transport::Connection> conn) : conn_(std::move(conn)) {}
+
+  // Sends a header and an optional payload read in place until `done` runs.
+  void send(const Header& h, std::span<const ConstBuffer> payload = {},
+            transport::SendDone done = {});
+  // Sends a header with a byte payload that the send owns.
+  void send_bytes(Header h, std::vector<std::byte> bytes, transport::SendDone done = {});
+  // Replies ERROR(code, message) to `request` (request_id 0 for none). With `then_close` the
+  // connection is closed once the reply is out.
+  void send_error(std::uint64_t request_id, ErrorCode code, const std::string& message,
+                  bool then_close);
+  void close() { conn_->close(); }
+
+  Role role() const { return role_; }
+  std::uint32_t rank() const { return rank_; }
+  void set_rank(std::uint32_t r);
+  // "worker 3 (127.0.0.1:41234)" for messages.
+  std::string name() const;
+  const std::string& address() const { return conn_->peer(); }
+  bool authenticated() const { return state_ == State::kReady; }
+  std::uint64_t id() const { return conn_->id(); }
+  std::chrono::steady_clock::time_point last_seen() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_seen_.load(std::memory_order_relaxed)));
+  }
+
+  // The role's own per-peer state (set once the peer is ready).
+  std::shared_ptr<void> user;
+
+ private:
+  friend class Endpoint;
+  enum class State { kAwaitHello, kAwaitAuth, kClientAwaitChallenge, kClientAwaitWelcome, kReady };
+
+  std::shared_ptr<transport::Connection> conn_;
+  State state_ = State::kAwaitHello;
+  Role role_ = Role::kWorker;
+  std::atomic<std::uint32_t> rank_{kAnyRank};
+  Nonce my_nonce_{};
+  Nonce their_nonce_{};
+  std::atomic<std::int64_t> last_seen_{0};
+  std::function<void(const Status&)> on_handshake_;  // client side
+  // Byte payloads being received, by placement cookie.
+  std::unordered_map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> inflight_;
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // An accepted peer finished authentication.
+  virtual void on_peer_ready(Peer& /*peer*/) {}
+  // Where the payload of a data message (INIT, PUSH, PUSH_PULL, PULL_REPLY) goes. Throwing
+  // psrt::Error refuses it: the peer gets an ERROR with that message and is disconnected.
+  virtual transport::Placement place(Peer& peer, const Header& h, std::size_t payload_size) = 0;
+  // A complete authenticated message. Byte payloads are in `payload`; data payloads are where
+  // place() put them (`placement`). Throwing psrt::Error disconnects the peer like place().
+  virtual void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
+                          const transport::Placement& placement) = 0;
+  virtual void on_peer_closed(Peer& /*peer*/, const Status& /*why*/) {}
+};
+
+class Endpoint final : public transport::Receiver {
+ public:
+  Endpoint(std::string secret, Role self, Limits limits)
+      : secret_(std::move(secret)), self_(self), limits_(limits) {}
+
+  // Must be set before the transport delivers anything and outlive the transport.
+  void set_handler(Handler* handler) { handler_ = handler; }
+
+  // Connects to the acceptor (`remote`, `remote_rank`: who it is, for messages) and
+  // authenticates as (self role, my_rank). Blocking, bounded by `timeout`; throws psrt::Error
+  // naming the remote and the cause.
+  std::shared_ptr<Peer> connect(transport::Transport& t, const std::string& address,
+                                std::uint32_t my_rank, Role remote, std::uint32_t remote_rank,
+                                std::chrono::milliseconds timeout);
+
+  // transport::Receiver
+  void on_connected(const std::shared_ptr<transport::Connection>& conn) override;
+  transport::Placement place(transport::Connection& conn, std::span<const std::byte> header,
+                             std::size_t payload_size) override;
+  void on_message(transport::Connection& conn, std::span<const std::byte> header,
+                  const transport::Placement& placement) override;
+  void on_closed(transport::Connection& conn, const Status& why) override;
+
+ private:
+  std::shared_ptr<Peer> find(std::uint64_t id);
+  std::shared_ptr<Peer> find_or_add(const std::shared_ptr<transport::Connection>& conn);
+  void handshake(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void reject(Peer& peer, std::uint64_t request_id, const Status& why);
+
+  const std::string secret_;
+  const Role self_;
+  const Limits limits_;
+  Handler* handler_ = nullptr;
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Peer>> peers_;
+  std::atomic<std::uint64_t> next_cookie_{1};
+};
+
+}  // namespace psrt::ps

@@ -1,0 +1,367 @@
+#include "ps/protocol.h"
+
+#include <bit>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "transport/wire.h"
+
+namespace psrt::ps {
+namespace {
+
+using wire::load;
+using wire::store;
+
+Status bad(std::string message) {
+  return Status(ErrorCode::kProtocol, std::move(message));
+}
+
+bool is_data(WireType t) { return t != WireType::kBytes; }
+
+// What each type carries: no payload, control bytes (of an exact or bounded size), or data.
+enum class Body { kNone, kBytes, kFixed, kData, kF32Data, kPull };
+
+Body body_of(MsgType t) {
+  switch (t) {
+    case MsgType::kHello:
+    case MsgType::kChallenge:
+    case MsgType::kAuth:
+    case MsgType::kSetOptimizer:
+    case MsgType::kLocateReply:
+    case MsgType::kMembership:
+      return Body::kFixed;
+    case MsgType::kError:
+    case MsgType::kRegister:
+    case MsgType::kRegisterReply:
+    case MsgType::kShutdown:
+      return Body::kBytes;
+    case MsgType::kPush:
+    case MsgType::kPushPull:
+      return Body::kData;
+    case MsgType::kInit:
+    case MsgType::kPullReply:
+      return Body::kF32Data;
+    case MsgType::kPull:
+      return Body::kPull;
+    default:
+      return Body::kNone;
+  }
+}
+
+// The exact payload size of the kFixed types.
+std::size_t fixed_size(const Header& h) {
+  switch (h.type) {
+    case MsgType::kHello:
+      return kNonceBytes;
+    case MsgType::kChallenge:
+      return kNonceBytes + kDigestBytes;
+    case MsgType::kAuth:
+      return kDigestBytes;
+    case MsgType::kSetOptimizer:
+      return kOptimizerRecordBytes;
+    case MsgType::kLocateReply:
+      return h.count * kSliceRecordBytes;
+    case MsgType::kMembership:
+      return h.count * 4;
+    default:
+      return 0;
+  }
+}
+
+// Slice coordinates: count >= 1 elements at offset inside a tensor of total elements.
+Status check_slice(const Header& h) {
+  if (h.count == 0) return bad(fmt::format("{} with count 0", to_string(h.type)));
+  if (h.total == 0 || h.offset >= h.total || h.count > h.total - h.offset)
+    return bad(fmt::format("{} slice [{}, +{}) lies outside a tensor of {} elements",
+                           to_string(h.type), h.offset, h.count, h.total));
+  return {};
+}
+
+}  // namespace
+
+std::string_view to_string(MsgType t) noexcept {
+  switch (t) {
+    case MsgType::kHello: return "HELLO";
+    case MsgType::kChallenge: return "CHALLENGE";
+    case MsgType::kAuth: return "AUTH";
+    case MsgType::kWelcome: return "WELCOME";
+    case MsgType::kError: return "ERROR";
+    case MsgType::kRegister: return "REGISTER";
+    case MsgType::kRegisterReply: return "REGISTER_REPLY";
+    case MsgType::kUnregister: return "UNREGISTER";
+    case MsgType::kUnregisterReply: return "UNREGISTER_REPLY";
+    case MsgType::kLocate: return "LOCATE";
+    case MsgType::kLocateReply: return "LOCATE_REPLY";
+    case MsgType::kBarrier: return "BARRIER";
+    case MsgType::kBarrierReply: return "BARRIER_REPLY";
+    case MsgType::kHeartbeat: return "HEARTBEAT";
+    case MsgType::kMembership: return "MEMBERSHIP";
+    case MsgType::kMembershipAck: return "MEMBERSHIP_ACK";
+    case MsgType::kShutdown: return "SHUTDOWN";
+    case MsgType::kInit: return "INIT";
+    case MsgType::kInitReply: return "INIT_REPLY";
+    case MsgType::kSetOptimizer: return "SET_OPTIMIZER";
+    case MsgType::kSetOptimizerReply: return "SET_OPTIMIZER_REPLY";
+    case MsgType::kPush: return "PUSH";
+    case MsgType::kPushAck: return "PUSH_ACK";
+    case MsgType::kPull: return "PULL";
+    case MsgType::kPushPull: return "PUSH_PULL";
+    case MsgType::kPullReply: return "PULL_REPLY";
+  }
+  return "?";
+}
+
+std::string_view to_string(Role r) noexcept {
+  switch (r) {
+    case Role::kScheduler: return "scheduler";
+    case Role::kServer: return "server";
+    case Role::kWorker: return "worker";
+  }
+  return "?";
+}
+
+std::size_t wire_size(WireType t) noexcept {
+  switch (t) {
+    case WireType::kF32: return 4;
+    case WireType::kF16:
+    case WireType::kBF16: return 2;
+    case WireType::kBytes: return 1;
+  }
+  return 1;
+}
+
+kernels::DType to_dtype(WireType t) {
+  switch (t) {
+    case WireType::kF32: return kernels::DType::kF32;
+    case WireType::kF16: return kernels::DType::kF16;
+    case WireType::kBF16: return kernels::DType::kBF16;
+    case WireType::kBytes: break;
+  }
+  throw Error(ErrorCode::kInternal, "to_dtype of a byte payload");
+}
+
+WireType to_wire(kernels::DType t) noexcept {
+  switch (t) {
+    case kernels::DType::kF32: return WireType::kF32;
+    case kernels::DType::kF16: return WireType::kF16;
+    case kernels::DType::kBF16: return WireType::kBF16;
+  }
+  return WireType::kBytes;
+}
+
+HeaderBytes encode(const Header& h) {
+  HeaderBytes b{};
+  store<std::uint32_t>(&b[0], kMagic);
+  store<std::uint16_t>(&b[4], kProtocolVersion);
+  store<std::uint8_t>(&b[6], static_cast<std::uint8_t>(h.type));
+  store<std::uint8_t>(&b[7], static_cast<std::uint8_t>(h.dtype));
+  store<std::uint64_t>(&b[8], h.request_id);
+  store<std::uint64_t>(&b[16], h.key);
+  store<std::uint64_t>(&b[24], h.offset);
+  store<std::uint64_t>(&b[32], h.count);
+  store<std::uint64_t>(&b[40], h.total);
+  store<std::uint64_t>(&b[48], h.round);
+  store<std::uint32_t>(&b[56], h.arg0);
+  store<std::uint32_t>(&b[60], h.arg1);
+  return b;
+}
+
+Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const Limits& limits,
+              Header& out) {
+  if (bytes.size() != kHeaderBytes)
+    return bad(fmt::format("header of {} bytes, expected {}", bytes.size(), kHeaderBytes));
+  const std::byte* b = bytes.data();
+  if (auto magic = load<std::uint32_t>(b); magic != kMagic)
+    return bad(fmt::format("bad magic {:#010x}: the peer does not speak the psrt PS protocol",
+                           magic));
+  if (auto v = load<std::uint16_t>(b + 4); v != kProtocolVersion)
+    return bad(fmt::format("protocol version {} but this build speaks version {}; run the same "
+                           "psrt version on every process",
+                           v, kProtocolVersion));
+  auto type = load<std::uint8_t>(b + 6);
+  if (type < 1 || type > static_cast<std::uint8_t>(MsgType::kLast))
+    return bad(fmt::format("unknown message type {}", type));
+  auto dtype = load<std::uint8_t>(b + 7);
+  if (dtype > static_cast<std::uint8_t>(WireType::kBytes))
+    return bad(fmt::format("unknown dtype {}", dtype));
+  Header h;
+  h.type = static_cast<MsgType>(type);
+  h.dtype = static_cast<WireType>(dtype);
+  h.request_id = load<std::uint64_t>(b + 8);
+  h.key = load<std::uint64_t>(b + 16);
+  h.offset = load<std::uint64_t>(b + 24);
+  h.count = load<std::uint64_t>(b + 32);
+  h.total = load<std::uint64_t>(b + 40);
+  h.round = load<std::uint64_t>(b + 48);
+  h.arg0 = load<std::uint32_t>(b + 56);
+  h.arg1 = load<std::uint32_t>(b + 60);
+
+  const auto name = to_string(h.type);
+  switch (body_of(h.type)) {
+    case Body::kNone:
+      if (payload_size != 0) return bad(fmt::format("{} carries no payload, got {} bytes", name,
+                                                    payload_size));
+      break;
+    case Body::kBytes:
+      if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
+      if (payload_size > kMaxControlBytes)
+        return bad(fmt::format("{} payload of {} bytes exceeds {}", name, payload_size,
+                               kMaxControlBytes));
+      break;
+    case Body::kFixed:
+      if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
+      if (h.count > kMaxControlBytes / 4)
+        return bad(fmt::format("{} with {} records", name, h.count));
+      if (payload_size != fixed_size(h))
+        return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size,
+                               fixed_size(h)));
+      break;
+    case Body::kData:
+    case Body::kF32Data:
+    case Body::kPull: {
+      const bool pull = body_of(h.type) == Body::kPull;
+      if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
+      if (body_of(h.type) != Body::kData && h.dtype != WireType::kF32)
+        return bad(fmt::format("{} must carry f32 values", name));
+      if (h.type != MsgType::kPullReply)
+        if (auto s = check_slice(h); !s.ok()) return s;
+      if (h.count > limits.max_data_bytes / wire_size(h.dtype))
+        return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
+                               limits.max_data_bytes));
+      const std::size_t want = pull ? 0 : h.count * wire_size(h.dtype);
+      if (payload_size != want)
+        return bad(fmt::format("{} payload of {} bytes, but {} {} elements need {}", name,
+                               payload_size, h.count, dtype, want));
+      break;
+    }
+  }
+  out = h;
+  return {};
+}
+
+std::vector<std::byte> encode_slices(std::span<const SliceRecord> slices) {
+  std::vector<std::byte> out(slices.size() * kSliceRecordBytes);
+  std::byte* p = out.data();
+  for (const auto& s : slices) {
+    store<std::uint32_t>(p, s.server);
+    store<std::uint32_t>(p + 4, s.index);
+    store<std::uint64_t>(p + 8, s.offset);
+    store<std::uint64_t>(p + 16, s.count);
+    p += kSliceRecordBytes;
+  }
+  return out;
+}
+
+Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
+                     std::uint32_t num_servers, std::vector<SliceRecord>& out) {
+  if (bytes.size() % kSliceRecordBytes != 0 || bytes.empty())
+    return bad(fmt::format("slice table of {} bytes", bytes.size()));
+  std::vector<SliceRecord> slices(bytes.size() / kSliceRecordBytes);
+  std::uint64_t next = 0;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const std::byte* p = bytes.data() + i * kSliceRecordBytes;
+    SliceRecord s{load<std::uint32_t>(p), load<std::uint32_t>(p + 4), load<std::uint64_t>(p + 8),
+                  load<std::uint64_t>(p + 16)};
+    if (s.server >= num_servers)
+      return bad(fmt::format("slice {} on server {} of {}", i, s.server, num_servers));
+    if (s.index != i || s.offset != next || s.count == 0 || s.count > total - next)
+      return bad(fmt::format("slice {} [{}, +{}) does not tile a tensor of {} elements", i,
+                             s.offset, s.count, total));
+    next += s.count;
+    slices[i] = s;
+  }
+  if (next != total)
+    return bad(fmt::format("slices cover {} of {} elements", next, total));
+  out = std::move(slices);
+  return {};
+}
+
+std::vector<std::byte> encode_ranks(std::span<const std::uint32_t> ranks) {
+  std::vector<std::byte> out(ranks.size() * 4);
+  for (std::size_t i = 0; i < ranks.size(); ++i) store<std::uint32_t>(&out[i * 4], ranks[i]);
+  return out;
+}
+
+Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>& out) {
+  if (bytes.size() % 4 != 0) return bad(fmt::format("rank list of {} bytes", bytes.size()));
+  std::vector<std::uint32_t> ranks(bytes.size() / 4);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i] = load<std::uint32_t>(&bytes[i * 4]);
+    if (ranks[i] == kAnyRank) return bad("rank list holds an unassigned rank");
+  }
+  out = std::move(ranks);
+  return {};
+}
+
+std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c) {
+  std::vector<std::byte> out(kOptimizerRecordBytes);
+  store<std::uint32_t>(&out[0], std::bit_cast<std::uint32_t>(c.lr));
+  store<std::uint32_t>(&out[4], std::bit_cast<std::uint32_t>(c.momentum));
+  store<std::uint32_t>(&out[8], std::bit_cast<std::uint32_t>(c.dampening));
+  store<std::uint32_t>(&out[12], std::bit_cast<std::uint32_t>(c.weight_decay));
+  store<std::uint32_t>(&out[16], c.nesterov ? 1 : 0);
+  return out;
+}
+
+Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out) {
+  if (bytes.size() != kOptimizerRecordBytes)
+    return bad(fmt::format("optimizer record of {} bytes", bytes.size()));
+  kernels::SgdConfig c;
+  c.lr = std::bit_cast<float>(load<std::uint32_t>(&bytes[0]));
+  c.momentum = std::bit_cast<float>(load<std::uint32_t>(&bytes[4]));
+  c.dampening = std::bit_cast<float>(load<std::uint32_t>(&bytes[8]));
+  c.weight_decay = std::bit_cast<float>(load<std::uint32_t>(&bytes[12]));
+  auto nesterov = load<std::uint32_t>(&bytes[16]);
+  // Same bounds torch.optim.SGD enforces, plus finiteness.
+  auto finite_nonneg = [](float x) { return x >= 0.f && x <= 3.4e38f; };
+  if (!finite_nonneg(c.lr) || !finite_nonneg(c.momentum) || !finite_nonneg(c.weight_decay) ||
+      !(c.dampening >= 0.f && c.dampening <= 1.f) || nesterov > 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("optimizer lr={} momentum={} dampening={} weight_decay={}: values "
+                              "must be finite and >= 0 (dampening in [0, 1])",
+                              c.lr, c.momentum, c.dampening, c.weight_decay));
+  c.nesterov = nesterov == 1;
+  if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
+    return Status(ErrorCode::kInvalidArgument,
+                  "Nesterov momentum requires a momentum > 0 and zero dampening");
+  out = c;
+  return {};
+}
+
+std::vector<std::byte> encode_lines(std::span<const std::string> lines) {
+  std::string joined;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i) joined += '\n';
+    joined += lines[i];
+  }
+  auto b = as_bytes(joined);
+  return {b.begin(), b.end()};
+}
+
+Status decode_lines(std::span<const std::byte> bytes, std::vector<std::string>& out) {
+  std::vector<std::string> lines;
+  if (bytes.empty()) {
+    out.clear();
+    return {};
+  }
+  std::string cur;
+  for (std::byte b : bytes) {
+    char c = static_cast<char>(b);
+    if (c == '\n') {
+      if (cur.empty()) return bad("empty line in an address list");
+      lines.push_back(std::move(cur));
+      cur.clear();
+    } else if (c < 0x21 || c > 0x7e) {
+      return bad("non-printable byte in an address list");
+    } else {
+      cur += c;
+    }
+  }
+  if (cur.empty()) return bad("empty line in an address list");
+  lines.push_back(std::move(cur));
+  out = std::move(lines);
+  return {};
+}
+
+}  // namespace psrt::ps

@@ -1,0 +1,133 @@
+// The parameter server's wire protocol: one fixed 64-byte little-endian header per message, plus
+// an optional payload whose length the header fixes (dtype size × count). No object
+// serialisation: structured payloads (slice tables, member lists) are arrays of fixed records.
+//
+// Header layout (byte offset: field):
+//    0: u32 magic 'PSPM'      4: u16 version     6: u8 type       7: u8 dtype
+//    8: u64 request_id       16: u64 key        24: u64 offset   32: u64 count
+//   40: u64 total            48: u64 round      56: u32 arg0     60: u32 arg1
+// Every field is range-checked by decode() before anything else reads it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/fused_sgd.h"
+#include "psrt/error.h"
+
+namespace psrt::ps {
+
+inline constexpr std::uint32_t kMagic = 0x4d505350;  // "PSPM" in memory order
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 64;
+// Text and table payloads (errors, addresses, slice tables) stay below this.
+inline constexpr std::size_t kMaxControlBytes = 1 << 20;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kDigestBytes = 32;
+
+enum class MsgType : std::uint8_t {
+  // Handshake, on every connection before anything else.
+  kHello = 1,      // client → acceptor: arg0 role, arg1 rank (or kAnyRank); payload client nonce
+  kChallenge,      // acceptor → client: payload server nonce + proof of the secret
+  kAuth,           // client → acceptor: payload proof of the secret
+  kWelcome,        // acceptor → client: authenticated
+  kError,          // reply to request_id: arg0 ErrorCode; payload UTF-8 text
+  // Scheduler.
+  kRegister,       // arg0 role, arg1 rank wanted (kAnyRank); payload: a server's listen address
+  kRegisterReply,  // arg0 rank, arg1 live workers, round = checkpoint to resume; payload addresses
+  kUnregister,
+  kUnregisterReply,
+  kLocate,         // key, total (0 = look up only) → kLocateReply: count records of SliceRecord
+  kLocateReply,
+  kBarrier,
+  kBarrierReply,
+  kHeartbeat,      // no reply
+  kMembership,     // scheduler → server: count records of u32 live worker ranks; acked
+  kMembershipAck,
+  kShutdown,       // scheduler → everyone: arg0 ErrorCode (kOk = job finished); payload reason
+  // Server data path. offset/count place the slice in the key's tensor; arg0 is the slice index.
+  kInit,           // payload count f32 → kInitReply (arg1 = 1 when this init stored the value)
+  kInitReply,
+  kSetOptimizer,   // payload OptimizerRecord → kSetOptimizerReply
+  kSetOptimizerReply,
+  kPush,           // payload count × dtype → kPushAck once received
+  kPushAck,
+  kPull,           // → kPullReply once this worker's pushes are applied
+  kPushPull,       // kPush + kPull in one message
+  kPullReply,      // payload count f32 weights; round = slice version
+  kLast = kPullReply,
+};
+std::string_view to_string(MsgType t) noexcept;
+
+// Payload element type. kBytes is for control payloads (text, tables, nonces).
+enum class WireType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kBytes = 3 };
+
+enum class Role : std::uint32_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+std::string_view to_string(Role r) noexcept;
+inline constexpr std::uint32_t kAnyRank = 0xffffffffu;
+
+struct Header {
+  MsgType type = MsgType::kError;
+  WireType dtype = WireType::kBytes;
+  std::uint64_t request_id = 0;
+  std::uint64_t key = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t count = 0;
+  std::uint64_t total = 0;
+  std::uint64_t round = 0;
+  std::uint32_t arg0 = 0;
+  std::uint32_t arg1 = 0;
+};
+
+using HeaderBytes = std::array<std::byte, kHeaderBytes>;
+HeaderBytes encode(const Header& h);
+
+// Limits a receiver enforces on top of the format itself.
+struct Limits {
+  std::size_t max_data_bytes = std::size_t{1} << 31;  // one slice's payload
+};
+
+// Decodes and range-checks a header and the payload size that came with it. Errors are
+// kProtocol with a message naming the field and value.
+Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const Limits& limits,
+              Header& out);
+
+std::size_t wire_size(WireType t) noexcept;
+kernels::DType to_dtype(WireType t);  // data types only
+WireType to_wire(kernels::DType t) noexcept;
+
+// One slice of a key as the scheduler placed it (kLocateReply payload record, 24 bytes).
+struct SliceRecord {
+  std::uint32_t server = 0;
+  std::uint32_t index = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t count = 0;
+};
+inline constexpr std::size_t kSliceRecordBytes = 24;
+std::vector<std::byte> encode_slices(std::span<const SliceRecord> slices);
+// Checks that the records tile [0, total) in order with servers below num_servers.
+Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
+                     std::uint32_t num_servers, std::vector<SliceRecord>& out);
+
+std::vector<std::byte> encode_ranks(std::span<const std::uint32_t> ranks);
+Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>& out);
+
+// kSetOptimizer payload: lr, momentum, dampening, weight_decay (f32), nesterov (u32).
+inline constexpr std::size_t kOptimizerRecordBytes = 20;
+std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c);
+Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out);
+
+// Addresses in kRegisterReply: '\n'-separated, each non-empty and printable.
+std::vector<std::byte> encode_lines(std::span<const std::string> lines);
+Status decode_lines(std::span<const std::byte> bytes, std::vector<std::string>& out);
+
+inline std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace psrt::ps

@@ -1,0 +1,515 @@
+#include "ps/server.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "kernels/dispatch.h"
+#include "ps/checkpoint.h"
+
+namespace psrt::ps {
+namespace {
+
+Error refuse(ErrorCode code, std::string message) { return Error(code, std::move(message)); }
+
+bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
+  return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
+         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov;
+}
+
+}  // namespace
+
+Server::Server(ServerConfig config) : config_(std::move(config)) {
+  if (!config_.trace_path.empty()) {
+    trace_ = std::fopen(config_.trace_path.c_str(), "a");
+    if (!trace_)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cannot open the trace file '{}'", config_.trace_path));
+  }
+  for (int i = 0; i < std::max(1, config_.threads); ++i)
+    pool_.emplace_back([this] {
+      for (;;) {
+        Update u;
+        {
+          std::unique_lock lock(pool_mu_);
+          pool_cv_.wait(lock, [this] { return stopping_ || !pool_queue_.empty(); });
+          if (pool_queue_.empty()) return;
+          u = std::move(pool_queue_.front());
+          pool_queue_.pop_front();
+        }
+        run_update(u);
+      }
+    });
+}
+
+Server::~Server() {
+  stop();
+  if (trace_) std::fclose(trace_);
+}
+
+void Server::stop() {
+  {
+    std::lock_guard lock(pool_mu_);
+    if (stopping_ && pool_.empty()) return;
+    stopping_ = true;
+  }
+  pool_cv_.notify_all();
+  for (auto& t : pool_) t.join();
+  pool_.clear();
+}
+
+Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
+  std::shared_lock lock(slices_mu_);
+  auto it = slices_.find({key, index});
+  return it == slices_.end() ? nullptr : it->second.get();
+}
+
+Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
+  if (peer.role() != Role::kWorker)
+    throw refuse(ErrorCode::kProtocol, fmt::format("{} from a {}", to_string(h.type),
+                                                   to_string(peer.role())));
+  Slice* s = find(h.key, h.arg0);
+  if (!s)
+    throw refuse(ErrorCode::kNotFound,
+                 fmt::format("unknown key {} (slice {}) on this server: call init() for the key "
+                             "before pushing or pulling it",
+                             h.key, h.arg0));
+  if (s->offset != h.offset || s->count != h.count || s->total != h.total)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("{} of key {} slice {} for elements [{}, +{}) of {}, but the slice "
+                             "holds [{}, +{}) of {}: wrong length",
+                             to_string(h.type), h.key, h.arg0, h.offset, h.count, h.total,
+                             s->offset, s->count, s->total));
+  return *s;
+}
+
+transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
+  InFlight in;
+  if (h.type == MsgType::kInit) {
+    if (peer.role() != Role::kWorker) throw refuse(ErrorCode::kProtocol, "INIT from a non-worker");
+    in.init.resize(h.count);
+  } else if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) {
+    Slice& s = checked_slice(peer, h);
+    const auto rank = peer.rank();
+    std::lock_guard lock(s.mu);
+    auto w = s.workers.find(rank);
+    if (w == s.workers.end())
+      throw refuse(ErrorCode::kInvalidArgument,
+                   fmt::format("worker {} is not a live member of the job (it unregistered or "
+                               "was declared lost)",
+                               rank));
+    if (w->second.queued.size() >= config_.max_queued)
+      throw refuse(ErrorCode::kInvalidArgument,
+                   fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
+                               "without pulling; pull (or push_pull) to wait for the rounds",
+                               rank, w->second.queued.size(), h.key, h.arg0));
+    for (const auto& [r, ws] : s.workers)
+      for (const auto& g : ws.queued)
+        if (g.dtype != h.dtype)
+          throw refuse(ErrorCode::kInvalidArgument,
+                       fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
+                                   "push a key in one dtype",
+                                   h.key, static_cast<int>(g.dtype), static_cast<int>(h.dtype),
+                                   rank));
+    auto it = std::find_if(s.free.begin(), s.free.end(), [&](auto& b) { return b.size == size; });
+    if (it != s.free.end()) {
+      in.grad = std::move(*it);
+      s.free.erase(it);
+    } else {
+      in.grad.data = std::make_unique_for_overwrite<std::byte[]>(size);
+      in.grad.size = size;
+    }
+    in.grad.dtype = h.dtype;
+    in.slice = &s;
+  } else {
+    throw refuse(ErrorCode::kProtocol,
+                 fmt::format("a server does not accept {}", to_string(h.type)));
+  }
+  void* data = in.init.empty() ? static_cast<void*>(in.grad.data.get()) : in.init.data();
+  const std::uint64_t cookie = next_cookie_.fetch_add(1);
+  std::lock_guard lock(inflight_mu_);
+  inflight_[{peer.id(), cookie}] = std::move(in);
+  return {{data, size}, cookie};
+}
+
+void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
+                        const transport::Placement& placement) {
+  auto take = [&] {
+    std::lock_guard lock(inflight_mu_);
+    auto node = inflight_.extract({peer.id(), placement.cookie});
+    if (node.empty()) throw refuse(ErrorCode::kInternal, "payload without a placement");
+    return std::move(node.mapped());
+  };
+  switch (h.type) {
+    case MsgType::kInit: {
+      InFlight in = take();
+      return on_init(peer, h, in);
+    }
+    case MsgType::kPush:
+    case MsgType::kPushPull: {
+      InFlight in = take();
+      return on_push(peer, h, in);
+    }
+    case MsgType::kPull:
+      return on_pull(peer, h, checked_slice(peer, h));
+    case MsgType::kSetOptimizer:
+      return on_set_optimizer(peer, h, payload);
+    case MsgType::kMembership: {
+      if (peer.role() != Role::kScheduler)
+        throw refuse(ErrorCode::kProtocol, "MEMBERSHIP from a non-scheduler");
+      std::vector<std::uint32_t> ranks;
+      if (Status s = decode_ranks(payload, ranks); !s.ok()) throw Error(s.code(), s.message());
+      set_members(ranks);
+      Header ack;
+      ack.type = MsgType::kMembershipAck;
+      ack.request_id = h.request_id;
+      return peer.send(ack);
+    }
+    default:
+      if (peer.role() == Role::kScheduler && on_control) return on_control(h, payload);
+      throw refuse(ErrorCode::kProtocol,
+                   fmt::format("a server does not accept {}", to_string(h.type)));
+  }
+}
+
+void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
+  bool stored = false;
+  Slice* s = nullptr;
+  {
+    std::unique_lock lock(slices_mu_);
+    auto& slot = slices_[{h.key, h.arg0}];
+    if (!slot) {
+      auto fresh = std::make_unique<Slice>();
+      fresh->key = h.key;
+      fresh->index = h.arg0;
+      fresh->offset = h.offset;
+      fresh->count = h.count;
+      fresh->total = h.total;
+      try {
+        if (config_.resume_round > 0) {
+          SliceRecord rec{0, h.arg0, h.offset, h.count};
+          SliceState st =
+              read_slice_checkpoint(config_.checkpoint_dir, config_.resume_round, h.key, rec, h.total);
+          fresh->weights = std::move(st.weights);
+          fresh->momentum = std::move(st.momentum);
+          fresh->version = st.version;
+        } else {
+          fresh->weights = std::move(in.init);
+        }
+      } catch (const Error& e) {
+        slices_.erase({h.key, h.arg0});
+        lock.unlock();
+        PSRT_LOG_ERROR("{}", e.what());
+        return peer.send_error(h.request_id, e.code(), e.what(), false);
+      }
+      std::lock_guard members(members_mu_);
+      for (auto r : members_) fresh->workers[r];
+      slot = std::move(fresh);
+      stored = true;
+    }
+    s = slot.get();
+  }
+  if (s->offset != h.offset || s->count != h.count || s->total != h.total)
+    return peer.send_error(
+        h.request_id, ErrorCode::kInvalidArgument,
+        fmt::format("init of key {} slice {} as [{}, +{}) of {}, but it exists as [{}, +{}) of {}",
+                    h.key, h.arg0, h.offset, h.count, h.total, s->offset, s->count, s->total),
+        false);
+  Header r;
+  r.type = MsgType::kInitReply;
+  r.request_id = h.request_id;
+  r.key = h.key;
+  r.arg0 = h.arg0;
+  r.arg1 = stored ? 1 : 0;
+  {
+    std::lock_guard lock(s->mu);
+    r.round = s->version;
+  }
+  peer.send(r);
+}
+
+void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  kernels::SgdConfig c;
+  if (Status st = decode_optimizer(payload, c); !st.ok())
+    return peer.send_error(h.request_id, st.code(), st.message(), false);
+  {
+    std::lock_guard lock(sgd_mu_);
+    if (!same(c, config_.sgd)) {
+      if (sgd_set_by_worker_)
+        return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                               fmt::format("{} sets a different optimizer than another worker "
+                                           "did: pass the same OptimizerConfig on every worker",
+                                           peer.name()),
+                               false);
+      std::shared_lock slices(slices_mu_);
+      for (const auto& [id, s] : slices_) {
+        std::lock_guard sl(s->mu);
+        if (s->version > 0)
+          return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                                 "set_optimizer() after updates were applied: call it before the "
+                                 "first push",
+                                 false);
+      }
+      config_.sgd = c;
+    }
+    sgd_set_by_worker_ = true;
+  }
+  Header r;
+  r.type = MsgType::kSetOptimizerReply;
+  r.request_id = h.request_id;
+  peer.send(r);
+}
+
+void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
+  Slice& s = *in.slice;
+  const auto rank = peer.rank();
+  bool member = false;
+  {
+    std::lock_guard lock(s.mu);
+    auto w = s.workers.find(rank);
+    if (w != s.workers.end()) {
+      member = true;
+      w->second.queued.push_back(std::move(in.grad));
+      w->second.received++;
+      if (h.type == MsgType::kPushPull)
+        s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, w->second.received});
+    }
+  }
+  if (!member)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("worker {} left the job while its push arrived", rank),
+                           false);
+  if (h.type == MsgType::kPush) {
+    Header ack;
+    ack.type = MsgType::kPushAck;
+    ack.request_id = h.request_id;
+    peer.send(ack);
+  }
+  after_change(s);
+}
+
+void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
+  {
+    std::lock_guard lock(s.mu);
+    auto w = s.workers.find(peer.rank());
+    std::uint64_t target = w == s.workers.end() ? 0 : w->second.received;
+    s.waiters.push_back({peer.shared_from_this(), h.request_id, peer.rank(), target});
+  }
+  after_change(s);
+}
+
+std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
+  std::vector<PullWaiter> ready;
+  if (s.busy) return ready;
+  auto keep = s.waiters.begin();
+  for (auto& w : s.waiters) {
+    auto ws = s.workers.find(w.rank);
+    const std::uint64_t applied = ws == s.workers.end() ? w.target : ws->second.applied;
+    if (applied >= w.target) {
+      ready.push_back(std::move(w));
+    } else {
+      *keep++ = std::move(w);
+    }
+  }
+  s.waiters.erase(keep, s.waiters.end());
+  s.readers += static_cast<int>(ready.size());
+  return ready;
+}
+
+std::optional<Server::Update> Server::next_update_locked(Slice& s) {
+  if (s.busy || s.readers > 0 || s.workers.empty()) return std::nullopt;
+  std::vector<WorkerClock> clocks;
+  clocks.reserve(s.workers.size());
+  for (const auto& [rank, w] : s.workers) clocks.push_back({rank, w.queued.size(), w.applied});
+  auto ranks = next_update(config_.mode, config_.staleness, clocks);
+  if (ranks.empty()) return std::nullopt;
+  Update u;
+  u.slice = &s;
+  u.slowest = UINT64_MAX;
+  for (const auto& c : clocks) u.slowest = std::min(u.slowest, c.applied);
+  for (auto r : ranks) {
+    auto& w = s.workers.at(r);
+    u.grads.push_back(std::move(w.queued.front()));
+    w.queued.pop_front();
+    u.clocks.push_back(w.applied);
+  }
+  u.ranks = std::move(ranks);
+  s.busy = true;
+  return u;
+}
+
+void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
+  for (auto& w : ready) {
+    Header r;
+    r.type = MsgType::kPullReply;
+    r.dtype = WireType::kF32;
+    r.request_id = w.request_id;
+    r.key = s.key;
+    r.offset = s.offset;
+    r.count = s.count;
+    r.total = s.total;
+    r.arg0 = s.index;
+    {
+      std::lock_guard lock(s.mu);
+      r.round = s.version;
+    }
+    ConstBuffer b{s.weights.data(), s.count * sizeof(float)};
+    w.peer->send(r, {&b, 1}, [this, &s](const Status&) {
+      {
+        std::lock_guard lock(s.mu);
+        --s.readers;
+      }
+      after_change(s);
+    });
+  }
+}
+
+void Server::after_change(Slice& s) {
+  std::vector<PullWaiter> ready;
+  std::optional<Update> u;
+  {
+    std::lock_guard lock(s.mu);
+    ready = ready_waiters_locked(s);
+    u = next_update_locked(s);
+  }
+  if (!ready.empty()) send_pull_replies(s, std::move(ready));
+  if (u) submit(std::move(*u));
+}
+
+void Server::submit(Update u) {
+  {
+    std::lock_guard lock(pool_mu_);
+    pool_queue_.push_back(std::move(u));
+  }
+  pool_cv_.notify_one();
+}
+
+void Server::run_update(Update& u) {
+  Slice& s = *u.slice;
+  kernels::SgdConfig cfg;
+  {
+    std::lock_guard lock(sgd_mu_);
+    cfg = config_.sgd;
+  }
+  // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
+  // flight either), so the update runs without the slice lock.
+  bool first_step = false;
+  if (cfg.momentum != 0.f && s.momentum.empty()) {
+    s.momentum.assign(s.count, 0.f);
+    first_step = true;
+  }
+  std::vector<const void*> grads;
+  for (const auto& g : u.grads) grads.push_back(g.data.get());
+  kernels::SliceUpdate k;
+  k.weights = s.weights.data();
+  k.momentum = s.momentum.empty() ? nullptr : s.momentum.data();
+  k.grads = grads.data();
+  k.num_grads = static_cast<int>(grads.size());
+  k.dtype = to_dtype(u.grads.front().dtype);
+  k.count = s.count;
+  k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
+  k.first_step = first_step;
+  try {
+    kernels::apply_update(k, cfg, MemoryType::kHost);
+  } catch (const Error& e) {
+    PSRT_LOG_ERROR("update of key {} slice {} failed: {}", s.key, s.index, e.what());
+  }
+  std::uint64_t version;
+  {
+    std::lock_guard lock(s.mu);
+    version = s.version + 1;
+  }
+  if (!config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
+      version % config_.checkpoint_every == 0) {
+    try {
+      write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
+                             s.total, version, s.weights, s.momentum);
+      if (version > 2 * config_.checkpoint_every)
+        remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every,
+                                s.key, s.index);
+    } catch (const Error& e) {
+      PSRT_LOG_ERROR("checkpoint of key {} slice {} at version {} failed: {}", s.key, s.index,
+                     version, e.what());
+    }
+  }
+  trace(u, version);
+  {
+    std::lock_guard lock(s.mu);
+    s.version = version;
+    for (std::size_t i = 0; i < u.ranks.size(); ++i) {
+      auto w = s.workers.find(u.ranks[i]);
+      if (w != s.workers.end()) w->second.applied++;
+      if (s.free.size() < s.workers.size() + 2) s.free.push_back(std::move(u.grads[i]));
+    }
+    s.busy = false;
+  }
+  after_change(s);
+}
+
+void Server::trace(const Update& u, std::uint64_t version) {
+  if (!trace_) return;
+  std::string ranks, clocks;
+  for (std::size_t i = 0; i < u.ranks.size(); ++i) {
+    ranks += fmt::format("{}{}", i ? "," : "", u.ranks[i]);
+    clocks += fmt::format("{}{}", i ? "," : "", u.clocks[i]);
+  }
+  std::lock_guard lock(trace_mu_);
+  std::fprintf(trace_,
+               "{\"key\":%llu,\"slice\":%u,\"version\":%llu,\"ranks\":[%s],\"clocks\":[%s],"
+               "\"slowest\":%llu}\n",
+               static_cast<unsigned long long>(u.slice->key), u.slice->index,
+               static_cast<unsigned long long>(version), ranks.c_str(), clocks.c_str(),
+               static_cast<unsigned long long>(u.slowest));
+  std::fflush(trace_);
+}
+
+void Server::set_members(const std::vector<std::uint32_t>& ranks) {
+  {
+    std::lock_guard lock(members_mu_);
+    members_ = {ranks.begin(), ranks.end()};
+  }
+  std::vector<Slice*> all;
+  {
+    std::shared_lock lock(slices_mu_);
+    for (auto& [id, s] : slices_) all.push_back(s.get());
+  }
+  const std::set<std::uint32_t> live(ranks.begin(), ranks.end());
+  for (Slice* s : all) {
+    {
+      std::lock_guard lock(s->mu);
+      std::uint64_t slowest = UINT64_MAX;
+      for (auto it = s->workers.begin(); it != s->workers.end();) {
+        if (!live.count(it->first)) {
+          it = s->workers.erase(it);
+        } else {
+          slowest = std::min(slowest, it->second.applied);
+          ++it;
+        }
+      }
+      // A joining worker starts level with the slowest one, so SSP does not wait for it to
+      // replay rounds it was not part of.
+      for (auto r : live)
+        if (!s->workers.count(r)) s->workers[r].applied = slowest == UINT64_MAX ? 0 : slowest;
+      std::erase_if(s->waiters, [&](const PullWaiter& w) { return !live.count(w.rank); });
+    }
+    after_change(*s);
+  }
+}
+
+void Server::on_peer_closed(Peer& peer, const Status& why) {
+  {
+    std::lock_guard lock(inflight_mu_);
+    std::erase_if(inflight_, [&](const auto& e) { return e.first.first == peer.id(); });
+  }
+  if (peer.role() == Role::kScheduler && on_control) {
+    Header h;
+    h.type = MsgType::kShutdown;
+    h.arg0 = static_cast<std::uint32_t>(ErrorCode::kPeerFailed);
+    std::string text = "lost the scheduler: " + why.message();
+    on_control(h, as_bytes(text));
+  }
+}
+
+}  // namespace psrt::ps

@@ -1,0 +1,146 @@
+// One parameter server: holds the slices placed on it (weights, momentum, version, and a queue
+// of received gradients per live worker), decides with the job's consistency policy when an
+// update runs, runs it on a compute pool (one fused pass per slice, kernels/), and answers
+// pulls once the asking worker's own pushes are applied (read-your-writes; in sync mode that is
+// "the round it pushed").
+//
+// Payloads land in place: a PUSH lands in a gradient buffer of the slice's free list; a PULL
+// reply is sent from the weights themselves, and an update waits until such sends finished.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/fused_sgd.h"
+#include "ps/consistency.h"
+#include "ps/endpoint.h"
+
+namespace psrt::ps {
+
+struct ServerConfig {
+  Mode mode = Mode::kSync;
+  std::uint64_t staleness = 0;
+  kernels::SgdConfig sgd;
+  bool average = true;             // mean of the N gradients (false: their sum)
+  std::string checkpoint_dir;      // empty: no checkpoints
+  std::uint64_t checkpoint_every = 0;
+  std::uint64_t resume_round = 0;  // load slices from this checkpoint round at INIT
+  int threads = 1;                 // compute pool size (updates of different slices in parallel)
+  std::uint64_t max_queued = 64;   // gradients one worker may have queued on one slice
+  std::string trace_path;          // JSON line per applied update (tests and debugging)
+};
+
+class Server final : public Handler {
+ public:
+  explicit Server(ServerConfig config);
+  ~Server() override;
+
+  // The live workers (from the scheduler). Departed workers' queued gradients are dropped;
+  // rounds waiting only on them run now.
+  void set_members(const std::vector<std::uint32_t>& ranks);
+  // Called for messages from the scheduler that the server process handles (SHUTDOWN).
+  std::function<void(const Header&, std::span<const std::byte>)> on_control;
+  // The checkpoint round to load slices from at INIT (from the scheduler's REGISTER reply).
+  void set_resume_round(std::uint64_t round) { config_.resume_round = round; }
+  // Stops the compute pool after the queued updates; idempotent.
+  void stop();
+
+  transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
+  void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
+                  const transport::Placement& placement) override;
+  void on_peer_closed(Peer& peer, const Status& why) override;
+
+ private:
+  struct GradBuf {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t size = 0;
+    WireType dtype = WireType::kF32;
+  };
+  struct WorkerState {
+    std::deque<GradBuf> queued;
+    std::uint64_t applied = 0;
+    std::uint64_t received = 0;
+  };
+  struct PullWaiter {
+    std::shared_ptr<Peer> peer;
+    std::uint64_t request_id;
+    std::uint32_t rank;
+    std::uint64_t target;  // the worker's `applied` that must be reached
+  };
+  struct Slice {
+    std::mutex mu;
+    std::uint64_t key = 0, offset = 0, count = 0, total = 0;
+    std::uint32_t index = 0;
+    std::vector<float> weights, momentum;
+    std::uint64_t version = 0;
+    std::map<std::uint32_t, WorkerState> workers;  // live ranks
+    std::vector<GradBuf> free;
+    bool busy = false;
+    int readers = 0;
+    std::vector<PullWaiter> waiters;
+  };
+  struct Update {
+    Slice* slice;
+    std::vector<std::uint32_t> ranks;
+    std::vector<GradBuf> grads;
+    std::uint64_t slowest;  // min clock over live workers before it, for the trace
+    std::vector<std::uint64_t> clocks;
+  };
+  struct InFlight {
+    Slice* slice = nullptr;
+    GradBuf grad;
+    std::vector<float> init;
+  };
+
+  Slice* find(std::uint64_t key, std::uint32_t index);
+  Slice& checked_slice(const Peer& peer, const Header& h);
+  void on_init(Peer& peer, const Header& h, InFlight& in);
+  void on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_push(Peer& peer, const Header& h, InFlight& in);
+  void on_pull(Peer& peer, const Header& h, Slice& s);
+
+  // Under s.mu: starts the next update if the policy allows one; returns it for the pool.
+  std::optional<Update> next_update_locked(Slice& s);
+  // Under s.mu: pull waiters whose condition holds now; their readers are counted.
+  std::vector<PullWaiter> ready_waiters_locked(Slice& s);
+  void send_pull_replies(Slice& s, std::vector<PullWaiter> ready);
+  void submit(Update u);
+  void run_update(Update& u);
+  void after_change(Slice& s);  // locks s: serves pulls and starts what may start
+  void trace(const Update& u, std::uint64_t version);
+
+  ServerConfig config_;
+  std::mutex sgd_mu_;
+  bool sgd_set_by_worker_ = false;
+
+  std::shared_mutex slices_mu_;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::unique_ptr<Slice>> slices_;
+  std::mutex members_mu_;
+  std::set<std::uint32_t> members_;
+
+  std::mutex inflight_mu_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight> inflight_;  // (peer, cookie)
+  std::atomic<std::uint64_t> next_cookie_{1};
+
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<Update> pool_queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> pool_;
+
+  std::mutex trace_mu_;
+  std::FILE* trace_ = nullptr;
+};
+
+}  // namespace psrt::ps

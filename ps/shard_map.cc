@@ -1,0 +1,56 @@
+#include "ps/shard_map.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+namespace psrt::ps {
+
+ShardMap::ShardMap(std::uint32_t num_servers, std::size_t partition_bytes)
+    : slice_elems_(std::max<std::uint64_t>(1, partition_bytes / sizeof(float))),
+      load_(num_servers, 0) {
+  if (num_servers == 0) throw Error(ErrorCode::kInvalidArgument, "a job needs at least 1 server");
+}
+
+const std::vector<SliceRecord>& ShardMap::place(std::uint64_t key, std::uint64_t total) {
+  if (total == 0)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("key {} with 0 elements", key));
+  if (auto it = keys_.find(key); it != keys_.end()) {
+    if (it->second.first != total)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("key {} was initialised with {} elements, not {}: every worker "
+                              "must use the same shape for a key",
+                              key, it->second.first, total));
+    return it->second.second;
+  }
+  const std::uint64_t n = (total + slice_elems_ - 1) / slice_elems_;
+  std::vector<SliceRecord> slices;
+  slices.reserve(n);
+  std::uint64_t offset = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t count = total / n + (i < total % n ? 1 : 0);
+    auto server = static_cast<std::uint32_t>(
+        std::min_element(load_.begin(), load_.end()) - load_.begin());
+    load_[server] += count * sizeof(float);
+    slices.push_back({server, static_cast<std::uint32_t>(i), offset, count});
+    offset += count;
+  }
+  return keys_.emplace(key, std::make_pair(total, std::move(slices))).first->second.second;
+}
+
+void ShardMap::restore(std::uint64_t key, std::uint64_t total, std::vector<SliceRecord> slices) {
+  for (const auto& s : slices) load_[s.server] += s.count * sizeof(float);
+  keys_[key] = {total, std::move(slices)};
+}
+
+const std::vector<SliceRecord>* ShardMap::find(std::uint64_t key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : &it->second.second;
+}
+
+std::uint64_t ShardMap::total(std::uint64_t key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? 0 : it->second.first;
+}
+
+}  // namespace psrt::ps

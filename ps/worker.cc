@@ -1,0 +1,340 @@
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "ps/worker_impl.h"
+#include "transport/factory.h"
+
+namespace psrt {
+namespace detail {
+
+void HandleState::complete_part(const Status& s) {
+  {
+    std::lock_guard lock(mu);
+    if (!s.ok() && status.ok()) status = s;
+    --remaining;
+  }
+  cv.notify_all();
+}
+
+}  // namespace detail
+
+void Handle::wait() const {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, state_->timeout, [&] { return state_->remaining <= 0; }))
+    throw Error(ErrorCode::kTimeout,
+                fmt::format("{} did not complete within {} ms (PSRT_OP_TIMEOUT_MS)", state_->what,
+                            state_->timeout.count()));
+  state_->status.throw_if_error();
+}
+
+bool Handle::wait_for(std::chrono::milliseconds timeout) const {
+  if (!state_) return true;
+  std::unique_lock lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout, [&] { return state_->remaining <= 0; });
+}
+
+bool Handle::ready() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->remaining <= 0;
+}
+
+using ps::Header;
+using ps::MsgType;
+
+Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
+  if (options_.scheduler.empty())
+    throw Error(ErrorCode::kInvalidArgument, "no scheduler address: set PSRT_SCHEDULER");
+  if (options_.secret.empty())
+    throw Error(ErrorCode::kInvalidArgument, "no job secret: set PSRT_SECRET");
+  endpoint_ = std::make_shared<ps::Endpoint>(options_.secret, ps::Role::kWorker, ps::Limits{});
+  endpoint_->set_handler(this);
+  transport::Options topts;
+  topts.connect_timeout = options_.connect_timeout;
+  transport_ = transport::create_transport(options_.transport, endpoint_, topts);
+  try {
+    const auto wanted = options_.rank < 0 ? ps::kAnyRank : static_cast<std::uint32_t>(options_.rank);
+    scheduler_ = endpoint_->connect(*transport_, options_.scheduler, wanted, ps::Role::kScheduler,
+                                    0, options_.connect_timeout);
+    Header h;
+    h.type = MsgType::kRegister;
+    h.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
+    h.arg1 = wanted;
+    // Registration waits for the whole job to arrive: bounded by the operation timeout.
+    auto reply = requests_.call(*scheduler_, h, {}, "REGISTER", options_.op_timeout);
+    rank_ = reply.header.arg0;
+    num_workers_ = static_cast<int>(reply.header.arg1);
+    resume_round_ = reply.header.round;
+    scheduler_->set_rank(0);
+    std::vector<std::string> addresses;
+    if (Status s = ps::decode_lines(reply.payload, addresses); !s.ok() || addresses.empty())
+      throw Error(ErrorCode::kProtocol, "the scheduler sent no usable server list");
+    for (std::size_t i = 0; i < addresses.size(); ++i)
+      servers_.push_back(endpoint_->connect(*transport_, addresses[i], rank_, ps::Role::kServer,
+                                            static_cast<std::uint32_t>(i),
+                                            options_.connect_timeout));
+  } catch (...) {
+    transport_->shutdown();
+    throw;
+  }
+  log::set_prefix(fmt::format("worker {}", rank_));
+  heartbeat_ = std::thread([this] {
+    std::unique_lock lock(state_mu_);
+    while (!state_cv_.wait_for(lock, options_.heartbeat, [this] { return closed_; })) {
+      Header h;
+      h.type = MsgType::kHeartbeat;
+      scheduler_->send(h);
+    }
+  });
+}
+
+Worker::Impl::~Impl() {
+  try {
+    shutdown();
+  } catch (const Error& e) {
+    PSRT_LOG_WARN("shutdown: {}", e.what());
+  }
+}
+
+void Worker::Impl::check_open() const {
+  auto* self = const_cast<Impl*>(this);
+  std::lock_guard lock(self->state_mu_);
+  if (closed_) throw Error(ErrorCode::kCancelled, "this psrt::Worker was shut down");
+  if (!ended_.empty()) throw Error(ErrorCode::kCancelled, "the job has ended: " + ended_);
+}
+
+std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::uint64_t total) {
+  {
+    std::lock_guard lock(layouts_mu_);
+    auto it = layouts_.find(key);
+    if (it != layouts_.end()) {
+      if (total != 0 && it->second->total != total)
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("key {} holds {} elements, not {}", key, it->second->total, total));
+      return it->second;
+    }
+  }
+  Header h;
+  h.type = MsgType::kLocate;
+  h.key = key;
+  h.total = total;
+  auto reply = requests_.call(*scheduler_, h, {}, fmt::format("LOCATE of key {}", key),
+                              options_.op_timeout);
+  auto l = std::make_shared<Layout>();
+  l->total = reply.header.total;
+  if (Status s = ps::decode_slices(reply.payload, l->total,
+                                   static_cast<std::uint32_t>(servers_.size()), l->slices);
+      !s.ok())
+    throw Error(s.code(), "the scheduler's layout of key " + std::to_string(key) + ": " +
+                              s.message());
+  std::lock_guard lock(layouts_mu_);
+  return layouts_.emplace(key, std::move(l)).first->second;
+}
+
+void Worker::Impl::set_optimizer(const OptimizerConfig& c) {
+  check_open();
+  kernels::SgdConfig sgd{c.lr, c.momentum, c.dampening, c.weight_decay, c.nesterov};
+  auto payload = ps::encode_optimizer(sgd);
+  kernels::SgdConfig checked;
+  if (Status s = ps::decode_optimizer(payload, checked); !s.ok()) s.throw_if_error();
+  for (auto& server : servers_) {
+    Header h;
+    h.type = MsgType::kSetOptimizer;
+    requests_.call(*server, h, payload, "SET_OPTIMIZER", options_.op_timeout);
+  }
+}
+
+void Worker::Impl::init(Key key, std::span<const float> value) {
+  check_open();
+  if (value.empty())
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("init of key {} with 0 elements", key));
+  auto l = layout(key, value.size());
+  auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
+                                                  options_.op_timeout,
+                                                  fmt::format("INIT of key {}", key));
+  for (const auto& s : l->slices) {
+    Header h;
+    h.type = MsgType::kInit;
+    h.dtype = ps::WireType::kF32;
+    h.key = key;
+    h.offset = s.offset;
+    h.count = s.count;
+    h.total = l->total;
+    h.arg0 = s.index;
+    h.request_id = requests_.add(*servers_[s.server],
+                                 fmt::format("INIT of key {} slice {}", key, s.index),
+                                 [st](const Status& status, const Header&,
+                                      std::span<const std::byte>) { st->complete_part(status); });
+    ConstBuffer b{value.data() + s.offset, s.count * sizeof(float)};
+    const auto id = h.request_id;
+    servers_[s.server]->send(h, {&b, 1}, [this, id](const Status& status) {
+      if (!status.ok()) requests_.fail(id, status);
+    });
+  }
+  Handle(st).wait();
+}
+
+Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
+                             std::span<float> out) {
+  check_open();
+  auto l = layout(key, 0);
+  const std::size_t esize = ps::wire_size(dtype);
+  const std::string op(ps::to_string(type));
+  if (type != MsgType::kPull && grad.size != l->total * esize)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", op,
+                            key, grad.size / esize, l->total));
+  if (type != MsgType::kPush && out.size() != l->total)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} of key {}: the output has {} elements but the key holds {}", op,
+                            key, out.size(), l->total));
+  auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
+                                                  options_.op_timeout,
+                                                  fmt::format("{} of key {}", op, key));
+  for (const auto& s : l->slices) {
+    Header h;
+    h.type = type;
+    h.dtype = dtype;
+    h.key = key;
+    h.offset = s.offset;
+    h.count = s.count;
+    h.total = l->total;
+    h.arg0 = s.index;
+    MutableBuffer dest;
+    if (type != MsgType::kPush) dest = {out.data() + s.offset, s.count * sizeof(float)};
+    auto& server = *servers_[s.server];
+    h.request_id = requests_.add(server, fmt::format("{} of key {} slice {}", op, key, s.index),
+                                 [st](const Status& status, const Header&,
+                                      std::span<const std::byte>) { st->complete_part(status); },
+                                 dest);
+    const auto id = h.request_id;
+    auto on_sent = [this, id](const Status& status) {
+      if (!status.ok()) requests_.fail(id, status);
+    };
+    if (type == MsgType::kPull) {
+      h.dtype = ps::WireType::kF32;
+      server.send(h, {}, on_sent);
+    } else {
+      ConstBuffer b{static_cast<const std::byte*>(grad.data) + s.offset * esize, s.count * esize};
+      server.send(h, {&b, 1}, on_sent);
+    }
+  }
+  return Handle(st);
+}
+
+void Worker::Impl::barrier() {
+  check_open();
+  Header h;
+  h.type = MsgType::kBarrier;
+  requests_.call(*scheduler_, h, {}, "BARRIER", options_.op_timeout);
+}
+
+void Worker::Impl::shutdown() {
+  {
+    std::lock_guard lock(state_mu_);
+    if (closed_) return;
+  }
+  // Let outstanding operations finish (bounded), then leave the job.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (requests_.size() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  bool ended;
+  {
+    std::lock_guard lock(state_mu_);
+    ended = !ended_.empty();
+  }
+  if (!ended && scheduler_) {
+    try {
+      Header h;
+      h.type = MsgType::kUnregister;
+      requests_.call(*scheduler_, h, {}, "UNREGISTER", std::chrono::seconds(10));
+    } catch (const Error& e) {
+      PSRT_LOG_WARN("could not unregister from the scheduler: {}", e.what());
+    }
+  }
+  {
+    std::lock_guard lock(state_mu_);
+    closed_ = true;
+  }
+  state_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  transport_->shutdown();
+  requests_.fail_all(Status(ErrorCode::kCancelled, "the worker shut down"));
+}
+
+transport::Placement Worker::Impl::place(ps::Peer&, const Header& h, std::size_t size) {
+  if (h.type != MsgType::kPullReply)
+    throw Error(ErrorCode::kProtocol,
+                fmt::format("a worker does not accept {}", ps::to_string(h.type)));
+  return {requests_.dest(h.request_id, size), 0};
+}
+
+void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
+                              const transport::Placement&) {
+  if (h.type == MsgType::kShutdown) {
+    std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
+    if (h.arg0 != 0) PSRT_LOG_ERROR("the scheduler stopped the job: {}", why);
+    {
+      std::lock_guard lock(state_mu_);
+      ended_ = why.empty() ? "stopped by the scheduler" : why;
+    }
+    requests_.fail_all(Status(ErrorCode::kCancelled, "the job was stopped: " + why));
+    return;
+  }
+  if (!requests_.complete(peer, h, payload) && h.type == MsgType::kError) {
+    std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
+    PSRT_LOG_ERROR("{} reported: {}", peer.name(), text);
+  }
+}
+
+void Worker::Impl::on_peer_closed(ps::Peer& peer, const Status& why) {
+  requests_.fail_peer(peer, why);
+}
+
+// --- the public Worker ---
+
+Worker Worker::join(const WorkerOptions& options) { return Worker(std::make_unique<Impl>(options)); }
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Worker::Worker(Worker&&) noexcept = default;
+Worker& Worker::operator=(Worker&&) noexcept = default;
+Worker::~Worker() = default;
+
+int Worker::rank() const { return impl_->rank(); }
+int Worker::num_workers() const { return impl_->num_workers(); }
+int Worker::num_servers() const { return impl_->num_servers(); }
+std::uint64_t Worker::resume_round() const { return impl_->resume_round(); }
+void Worker::set_optimizer(const OptimizerConfig& c) { impl_->set_optimizer(c); }
+void Worker::init(Key key, std::span<const float> value) { impl_->init(key, value); }
+
+Handle Worker::push(Key key, std::span<const float> grad) {
+  return impl_->data_op(MsgType::kPush, key, {grad.data(), grad.size_bytes()},
+                        ps::WireType::kF32, {});
+}
+
+Handle Worker::push(Key key, const std::uint16_t* grad, std::size_t count, GradType type) {
+  if (type == GradType::kF32)
+    throw Error(ErrorCode::kInvalidArgument, "push of 16-bit data as GradType::kF32");
+  return impl_->data_op(MsgType::kPush, key, {grad, count * 2},
+                        type == GradType::kF16 ? ps::WireType::kF16 : ps::WireType::kBF16, {});
+}
+
+Handle Worker::pull(Key key, std::span<float> out) {
+  return impl_->data_op(MsgType::kPull, key, {}, ps::WireType::kF32, out);
+}
+
+Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
+  if (!grad.empty() && !out.empty() && grad.data() < out.data() + out.size() &&
+      out.data() < grad.data() + grad.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("push_pull of key {}: grad and out overlap", key));
+  return impl_->data_op(MsgType::kPushPull, key, {grad.data(), grad.size_bytes()},
+                        ps::WireType::kF32, out);
+}
+
+void Worker::barrier() { impl_->barrier(); }
+void Worker::shutdown() {
+  if (impl_) impl_->shutdown();
+}
+
+}  // namespace psrt

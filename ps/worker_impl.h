@@ -1,0 +1,86 @@
+// The worker client behind include/psrt/psrt.h: one transport, an authenticated connection to
+// the scheduler and to every server, the key layouts the scheduler handed out, and the
+// outstanding requests. Replies land in the caller's buffers (pull) through Requests::dest.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ps/endpoint.h"
+#include "ps/requests.h"
+#include "psrt/psrt.h"
+#include "transport/transport.h"
+
+namespace psrt {
+
+namespace detail {
+// Completion of one operation made of `parts` requests; the first error wins.
+struct HandleState {
+  HandleState(int parts, std::chrono::milliseconds timeout, std::string what)
+      : remaining(parts), timeout(timeout), what(std::move(what)) {}
+  void complete_part(const Status& s);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining;
+  Status status;
+  const std::chrono::milliseconds timeout;
+  const std::string what;
+};
+}  // namespace detail
+
+class Worker::Impl final : public ps::Handler {
+ public:
+  explicit Impl(const WorkerOptions& options);
+  ~Impl() override;
+
+  int rank() const { return static_cast<int>(rank_); }
+  int num_workers() const { return num_workers_; }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+  std::uint64_t resume_round() const { return resume_round_; }
+
+  void set_optimizer(const OptimizerConfig& c);
+  void init(Key key, std::span<const float> value);
+  Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
+                 std::span<float> out);
+  void barrier();
+  void shutdown();
+
+  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
+  void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
+                  const transport::Placement& placement) override;
+  void on_peer_closed(ps::Peer& peer, const Status& why) override;
+
+ private:
+  struct Layout {
+    std::uint64_t total = 0;
+    std::vector<ps::SliceRecord> slices;
+  };
+  std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
+  void check_open() const;
+
+  WorkerOptions options_;
+  std::shared_ptr<ps::Endpoint> endpoint_;
+  std::unique_ptr<transport::Transport> transport_;
+  ps::Requests requests_;
+  std::shared_ptr<ps::Peer> scheduler_;
+  std::vector<std::shared_ptr<ps::Peer>> servers_;
+  std::uint32_t rank_ = ps::kAnyRank;
+  int num_workers_ = 0;
+  std::uint64_t resume_round_ = 0;
+
+  std::mutex layouts_mu_;
+  std::map<Key, std::shared_ptr<const Layout>> layouts_;
+
+  std::mutex state_mu_;
+  std::condition_variable state_cv_;
+  bool closed_ = false;
+  std::string ended_;  // why the job ended under us (SHUTDOWN from the scheduler)
+  std::thread heartbeat_;
+};
+
+}  // namespace psrt

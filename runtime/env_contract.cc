@@ -1,0 +1,106 @@
+#include "runtime/env_contract.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "psrt/error.h"
+
+namespace psrt::runtime {
+
+const std::vector<EnvVar>& env_contract() {
+  static const std::vector<EnvVar> vars = {
+      {"PSRT_ROLE", "worker", "all", "scheduler | server | worker"},
+      {"PSRT_RANK", "-1", "server, worker", "rank among its role; -1 = any free rank (workers)"},
+      {"PSRT_NUM_WORKERS", "1", "all", "workers at job start (N)"},
+      {"PSRT_NUM_SERVERS", "1", "all", "servers (S)"},
+      {"PSRT_SCHEDULER", "", "server, worker", "host:port of the scheduler"},
+      {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
+      {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication"},
+      {"PSRT_HOST", "127.0.0.1", "server", "address servers listen on"},
+      {"PSRT_MODE", "sync", "server", "sync | async | ssp"},
+      {"PSRT_STALENESS", "0", "server", "ssp: max rounds a worker may run ahead of the slowest"},
+      {"PSRT_AGGREGATE", "mean", "server", "mean | sum of the gradients of a round"},
+      {"PSRT_LR", "0.01", "server", "SGD learning rate (until a worker calls set_optimizer)"},
+      {"PSRT_MOMENTUM", "0", "server", "SGD momentum"},
+      {"PSRT_DAMPENING", "0", "server", "SGD dampening"},
+      {"PSRT_WEIGHT_DECAY", "0", "server", "SGD weight decay"},
+      {"PSRT_NESTEROV", "0", "server", "1 = Nesterov momentum"},
+      {"PSRT_PARTITION_BYTES", "4194304", "scheduler, server", "max bytes of one slice"},
+      {"PSRT_CHECKPOINT_DIR", "", "scheduler, server", "checkpoint directory (empty = none)"},
+      {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
+      {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
+      {"PSRT_SERVER_TRACE", "", "server", "file: one JSON line per applied update"},
+      {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
+      {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
+      {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},
+      {"PSRT_PEER_TIMEOUT_MS", "10000", "scheduler", "a peer silent this long is lost"},
+      {"PSRT_LOG_LEVEL", "info", "all", "debug | info | warn | error"},
+      {"PSRT_CPU_ISA", "", "server", "cap the update's ISA: scalar | avx2 | avx512"},
+  };
+  return vars;
+}
+
+void print_env_help(std::ostream& out) {
+  out << fmt::format("{:<24} {:<10} {:<18} {}\n", "variable", "default", "read by", "meaning");
+  for (const auto& v : env_contract())
+    out << fmt::format("{:<24} {:<10} {:<18} {}\n", v.name, *v.fallback ? v.fallback : "-",
+                       v.readers, v.meaning);
+}
+
+namespace {
+
+const EnvVar& declared(const char* name) {
+  for (const auto& v : env_contract())
+    if (std::strcmp(v.name, name) == 0) return v;
+  throw Error(ErrorCode::kInternal, fmt::format("{} is not in the env contract", name));
+}
+
+Error malformed(const char* name, const std::string& value, const char* want) {
+  return Error(ErrorCode::kInvalidArgument,
+               fmt::format("{}='{}' is not {} (see psrun --help-env)", name, value, want));
+}
+
+}  // namespace
+
+std::string env_string(const char* name) {
+  const EnvVar& v = declared(name);
+  if (const char* s = std::getenv(name); s && *s) return s;
+  return v.fallback;
+}
+
+std::int64_t env_int(const char* name, std::int64_t min, std::int64_t max) {
+  std::string s = env_string(name);
+  if (s.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} is not set; run the program under psrun", name));
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(s.c_str(), &end, 10);
+  if (errno || *end || x < min || x > max)
+    throw malformed(name, s, fmt::format("an integer in [{}, {}]", min, max).c_str());
+  return x;
+}
+
+float env_float(const char* name) {
+  std::string s = env_string(name);
+  char* end = nullptr;
+  float x = std::strtof(s.c_str(), &end);
+  if (s.empty() || *end || !std::isfinite(x)) throw malformed(name, s, "a finite number");
+  return x;
+}
+
+bool env_bool(const char* name) {
+  std::string s = env_string(name);
+  if (s == "1" || s == "true") return true;
+  if (s == "0" || s == "false" || s.empty()) return false;
+  throw malformed(name, s, "0 or 1");
+}
+
+std::chrono::milliseconds env_ms(const char* name) {
+  return std::chrono::milliseconds(env_int(name, 1, std::int64_t{1} << 40));
+}
+
+}  // namespace psrt::runtime

@@ -1,0 +1,33 @@
+// The PSRT_* environment contract: every variable psrun hands its processes, declared once with
+// its default and meaning. `psrun --help-env` prints this table; readers go through env_*()
+// so a malformed value is an error naming the variable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace psrt::runtime {
+
+struct EnvVar {
+  const char* name;
+  const char* fallback;  // "" = no default (required where it is read)
+  const char* readers;   // which processes read it
+  const char* meaning;
+};
+
+const std::vector<EnvVar>& env_contract();
+void print_env_help(std::ostream& out);
+
+// The value, or the contract's default. Throws psrt::Error(kInvalidArgument) when the variable
+// is required (no default) and unset.
+std::string env_string(const char* name);
+std::int64_t env_int(const char* name, std::int64_t min, std::int64_t max);
+float env_float(const char* name);
+bool env_bool(const char* name);
+std::chrono::milliseconds env_ms(const char* name);
+
+}  // namespace psrt::runtime

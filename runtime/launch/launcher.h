@@ -1,0 +1,50 @@
+// Launch backends: start the processes of one job, watch them, and stop them together.
+// `local` runs everything on this host; ssh/mpi/slurm backends implement the same interface.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace psrt::runtime {
+
+struct ProcessSpec {
+  std::string label;              // "scheduler", "server 0", "worker 3": prefixes output
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
+  std::vector<std::pair<std::string, std::string>> env;  // set on top of psrun's environment
+};
+
+struct JobSpec {
+  // Started first, in order; expected to exit by themselves once every worker is done.
+  std::vector<ProcessSpec> services;
+  // The user's COMMAND, N copies.
+  std::vector<ProcessSpec> workers;
+  // After the last worker exits 0, services get this long to exit before they are stopped.
+  std::chrono::milliseconds service_grace{10'000};
+  // Runs once when every worker has exited 0, before the services' grace period starts (psrun
+  // uses it to tell the servers the job is over).
+  std::function<void()> on_workers_done;
+  // Between SIGTERM and SIGKILL when stopping processes.
+  std::chrono::milliseconds kill_grace{3'000};
+};
+
+class LaunchBackend {
+ public:
+  virtual ~LaunchBackend() = default;
+  virtual std::string_view name() const = 0;
+  // Runs the job to its end and returns psrun's exit status: 0 when every worker exited 0 (and
+  // services exited within service_grace), otherwise non-zero after reporting on stderr which
+  // process failed and how ("psrun: worker 3 (pid 1234) was killed by signal 9 (SIGKILL);
+  // stopping the job") and stopping the rest. SIGINT/SIGTERM received by psrun are forwarded to
+  // every process; the job then ends with status 128+signal.
+  virtual int run(const JobSpec& job) = 0;
+};
+
+// Backends by name: "local". Throws psrt::Error(kInvalidArgument) naming the known ones.
+std::unique_ptr<LaunchBackend> make_launch_backend(std::string_view name);
+
+}  // namespace psrt::runtime

@@ -1,0 +1,358 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "ps/checkpoint.h"
+#include "transport/factory.h"
+
+namespace psrt::runtime {
+
+using ps::Header;
+using ps::MsgType;
+using Lock = std::unique_lock<std::recursive_mutex>;
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)), shards_(config_.num_servers, config_.partition_bytes) {
+  if (config_.num_workers == 0)
+    throw Error(ErrorCode::kInvalidArgument, "a job needs at least 1 worker");
+  servers_.resize(config_.num_servers);
+  server_addresses_.resize(config_.num_servers);
+  if (!config_.checkpoint_dir.empty() && ps::read_manifest(config_.checkpoint_dir, shards_)) {
+    resume_round_ = ps::latest_complete_round(config_.checkpoint_dir, shards_);
+    if (resume_round_ > 0)
+      PSRT_LOG_INFO("resuming from checkpoint round {} in {}", resume_round_,
+                    config_.checkpoint_dir);
+  }
+  endpoint_ = std::make_shared<ps::Endpoint>(config_.secret, ps::Role::kScheduler, ps::Limits{});
+  endpoint_->set_handler(this);
+  transport_ = transport::create_transport(config_.transport, endpoint_);
+  address_ = transport_->listen(config_.listen);
+  monitor_ = std::thread([this] { monitor(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    Lock lock(mu_);
+    if (!finished_) finish_locked(Status(ErrorCode::kCancelled, "the scheduler was stopped"));
+  }
+  cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  // Give the SHUTDOWN messages a moment to leave before the connections close.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  transport_->shutdown();
+}
+
+Status Scheduler::wait(std::chrono::milliseconds timeout) {
+  Lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return finished_; }))
+    return Status(ErrorCode::kTimeout, "the job is still running");
+  return result_;
+}
+
+void Scheduler::stop(const Status& why) {
+  Lock lock(mu_);
+  finish_locked(why);
+}
+
+void Scheduler::on_peer_ready(ps::Peer&) {}
+
+transport::Placement Scheduler::place(ps::Peer&, const Header& h, std::size_t) {
+  throw Error(ErrorCode::kProtocol,
+              fmt::format("the scheduler does not accept {}", ps::to_string(h.type)));
+}
+
+void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
+                           const transport::Placement&) {
+  switch (h.type) {
+    case MsgType::kRegister:
+      return on_register(peer, h, payload);
+    case MsgType::kLocate:
+      return on_locate(peer, h);
+    case MsgType::kHeartbeat:
+      return;
+    case MsgType::kMembershipAck:
+    case MsgType::kError:
+      requests_.complete(peer, h, payload);
+      return;
+    default:
+      break;
+  }
+  if (peer.role() != ps::Role::kWorker)
+    throw Error(ErrorCode::kProtocol, fmt::format("{} from a {}", ps::to_string(h.type),
+                                                  ps::to_string(peer.role())));
+  Lock lock(mu_);
+  const std::uint32_t rank = peer.rank();
+  auto it = workers_.find(rank);
+  if (it == workers_.end() || it->second.get() != &peer)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("{} from a worker that is not a member of the job",
+                                       ps::to_string(h.type)),
+                           false);
+  if (h.type == MsgType::kUnregister) {
+    workers_.erase(it);
+    barrier_arrived_.erase(rank);
+    PSRT_LOG_INFO("worker {} left the job; {} workers remain", rank, workers_.size());
+    Waiting w{peer.shared_from_this(), h.request_id};
+    change_members_locked([this, w] {
+      Header r;
+      r.type = MsgType::kUnregisterReply;
+      r.request_id = w.request_id;
+      w.peer->send(r);
+      if (workers_.empty() && changes_.empty()) finish_locked(Status());
+    });
+    check_barrier_locked();
+  } else if (h.type == MsgType::kBarrier) {
+    barrier_arrived_.insert(rank);
+    barrier_waiting_.push_back({peer.shared_from_this(), h.request_id});
+    check_barrier_locked();
+  } else {
+    peer.send_error(h.request_id, ErrorCode::kProtocol,
+                    fmt::format("the scheduler does not accept {}", ps::to_string(h.type)), true);
+  }
+}
+
+void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  Lock lock(mu_);
+  if (finished_) return peer.send_error(h.request_id, ErrorCode::kCancelled, "the job ended", true);
+  if (peer.role() == ps::Role::kServer) {
+    std::vector<std::string> address;
+    if (Status s = ps::decode_lines(payload, address); !s.ok() || address.size() != 1)
+      return peer.send_error(h.request_id, ErrorCode::kProtocol,
+                             "REGISTER of a server without its address", true);
+    const std::uint32_t rank = h.arg1;
+    if (rank >= config_.num_servers || servers_[rank])
+      return peer.send_error(
+          h.request_id, ErrorCode::kInvalidArgument,
+          fmt::format("server rank {} is out of range or taken (the job has {} servers)", rank,
+                      config_.num_servers),
+          true);
+    peer.set_rank(rank);
+    servers_[rank] = peer.shared_from_this();
+    server_addresses_[rank] = address[0];
+    Header r;
+    r.type = MsgType::kRegisterReply;
+    r.request_id = h.request_id;
+    r.arg0 = rank;
+    r.round = resume_round_;
+    peer.send(r);
+    PSRT_LOG_INFO("server {} registered at {}", rank, address[0]);
+    return admit_pending_locked();
+  }
+  Waiting w{peer.shared_from_this(), h.request_id};
+  if (!rendezvous_done_) {
+    pending_workers_.push_back({w, h.arg1});
+    return admit_pending_locked();
+  }
+  // A worker joining a running job: a rank never used before unless it asks for a free one.
+  std::uint32_t rank = h.arg1;
+  if (rank == ps::kAnyRank || workers_.count(rank)) rank = next_rank_;
+  next_rank_ = std::max(next_rank_, rank + 1);
+  peer.set_rank(rank);
+  workers_[rank] = w.peer;
+  PSRT_LOG_INFO("worker {} joined the running job; {} workers", rank, workers_.size());
+  change_members_locked([this, w, rank] { reply_register(w, rank); });
+}
+
+void Scheduler::admit_pending_locked() {
+  if (rendezvous_done_ || pending_workers_.size() < config_.num_workers) return;
+  if (std::any_of(servers_.begin(), servers_.end(), [](const auto& s) { return !s; })) return;
+  rendezvous_done_ = true;
+  // Wanted ranks first (when unique and in range), then the lowest free ones.
+  std::set<std::uint32_t> taken;
+  std::vector<std::uint32_t> ranks(pending_workers_.size(), ps::kAnyRank);
+  for (std::size_t i = 0; i < pending_workers_.size(); ++i) {
+    auto want = pending_workers_[i].second;
+    if (want < config_.num_workers && taken.insert(want).second) ranks[i] = want;
+  }
+  std::uint32_t next = 0;
+  for (auto& r : ranks) {
+    if (r != ps::kAnyRank) continue;
+    while (taken.count(next)) ++next;
+    r = next;
+    taken.insert(next);
+  }
+  std::vector<std::pair<Waiting, std::uint32_t>> admitted;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    auto& w = pending_workers_[i].first;
+    w.peer->set_rank(ranks[i]);
+    workers_[ranks[i]] = w.peer;
+    next_rank_ = std::max(next_rank_, ranks[i] + 1);
+    admitted.push_back({w, ranks[i]});
+  }
+  pending_workers_.clear();
+  PSRT_LOG_INFO("rendezvous complete: {} servers, {} workers", servers_.size(), workers_.size());
+  change_members_locked([this, admitted] {
+    for (const auto& [w, rank] : admitted) reply_register(w, rank);
+  });
+}
+
+void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
+  Header r;
+  r.type = MsgType::kRegisterReply;
+  r.request_id = w.request_id;
+  r.arg0 = rank;
+  r.arg1 = static_cast<std::uint32_t>(workers_.size());
+  r.round = resume_round_;
+  w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
+}
+
+void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
+  Lock lock(mu_);
+  const std::vector<ps::SliceRecord>* slices = shards_.find(h.key);
+  if (!slices && h.total == 0)
+    return peer.send_error(h.request_id, ErrorCode::kNotFound,
+                           fmt::format("unknown key {}: no worker has called init() for it",
+                                       h.key),
+                           false);
+  try {
+    if (!slices || h.total != 0) {
+      const bool fresh = slices == nullptr;
+      slices = &shards_.place(h.key, h.total);
+      if (fresh && !config_.checkpoint_dir.empty()) ps::write_manifest(config_.checkpoint_dir, shards_);
+    }
+  } catch (const Error& e) {
+    return peer.send_error(h.request_id, e.code(), e.what(), false);
+  }
+  Header r;
+  r.type = MsgType::kLocateReply;
+  r.request_id = h.request_id;
+  r.key = h.key;
+  r.total = shards_.total(h.key);
+  r.count = slices->size();
+  peer.send_bytes(r, ps::encode_slices(*slices));
+}
+
+void Scheduler::change_members_locked(std::function<void()> then) {
+  changes_.push_back(std::move(then));
+  if (!change_running_) start_next_change_locked();
+}
+
+void Scheduler::start_next_change_locked() {
+  if (changes_.empty() || finished_) {
+    change_running_ = false;
+    return;
+  }
+  change_running_ = true;
+  auto then = std::move(changes_.front());
+  changes_.pop_front();
+  std::vector<std::uint32_t> ranks;
+  for (const auto& [r, p] : workers_) ranks.push_back(r);
+  auto body = ps::encode_ranks(ranks);
+  auto remaining = std::make_shared<std::size_t>(servers_.size());
+  auto on_ack = [this, remaining, then](const Status&, const Header&, std::span<const std::byte>) {
+    Lock lock(mu_);
+    if (--*remaining > 0) return;
+    if (!finished_) then();
+    start_next_change_locked();
+  };
+  for (auto& server : servers_) {
+    Header m;
+    m.type = MsgType::kMembership;
+    m.count = ranks.size();
+    m.request_id = requests_.add(*server, "MEMBERSHIP", on_ack);
+    const auto id = m.request_id;
+    server->send_bytes(m, body, [this, id](const Status& s) {
+      if (!s.ok()) requests_.fail(id, s);
+    });
+  }
+}
+
+void Scheduler::check_barrier_locked() {
+  if (barrier_waiting_.empty()) return;
+  for (const auto& [rank, p] : workers_)
+    if (!barrier_arrived_.count(rank)) return;
+  for (auto& w : barrier_waiting_) {
+    Header r;
+    r.type = MsgType::kBarrierReply;
+    r.request_id = w.request_id;
+    w.peer->send(r);
+  }
+  barrier_waiting_.clear();
+  barrier_arrived_.clear();
+}
+
+void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  const std::string name = it->second->name();
+  workers_.erase(it);
+  barrier_arrived_.erase(rank);
+  std::erase_if(barrier_waiting_, [&](const Waiting& w) { return w.peer->rank() == rank; });
+  if (workers_.empty()) {
+    PSRT_LOG_ERROR("{} lost: {}; no workers are left", name, why);
+    return finish_locked(Status(ErrorCode::kPeerFailed,
+                                fmt::format("{} lost: {}; no workers are left", name, why)));
+  }
+  PSRT_LOG_WARN("{} lost: {}; the job goes on with {} workers", name, why, workers_.size());
+  change_members_locked([] {});
+  check_barrier_locked();
+}
+
+void Scheduler::on_peer_closed(ps::Peer& peer, const Status& why) {
+  requests_.fail_peer(peer, why);
+  Lock lock(mu_);
+  if (finished_) return;
+  std::string reason = why.message();
+  if (auto it = lost_why_.find(peer.id()); it != lost_why_.end()) reason = it->second;
+  if (peer.role() == ps::Role::kServer) {
+    if (peer.rank() < servers_.size() && servers_[peer.rank()].get() == &peer) {
+      auto msg = fmt::format("{} lost: {}; stopping the job", peer.name(), reason);
+      PSRT_LOG_ERROR("{}", msg);
+      finish_locked(Status(ErrorCode::kPeerFailed, msg));
+    }
+    return;
+  }
+  std::erase_if(pending_workers_, [&](const auto& p) { return p.first.peer.get() == &peer; });
+  auto it = workers_.find(peer.rank());
+  if (it != workers_.end() && it->second.get() == &peer) lose_worker_locked(peer.rank(), reason);
+}
+
+void Scheduler::finish_locked(const Status& why) {
+  if (finished_) return;
+  finished_ = true;
+  result_ = why;
+  Header h;
+  h.type = MsgType::kShutdown;
+  h.arg0 = static_cast<std::uint32_t>(why.code());
+  auto text = why.message();
+  auto bytes = ps::as_bytes(text);
+  for (auto& s : servers_)
+    if (s) s->send_bytes(h, {bytes.begin(), bytes.end()});
+  for (auto& [r, w] : workers_) w->send_bytes(h, {bytes.begin(), bytes.end()});
+  for (auto& [w, r] : pending_workers_) w.peer->send_bytes(h, {bytes.begin(), bytes.end()});
+  cv_.notify_all();
+}
+
+void Scheduler::monitor() {
+  const auto started = std::chrono::steady_clock::now();
+  Lock lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return finished_; })) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!rendezvous_done_ && now - started > config_.rendezvous_timeout) {
+      auto servers = std::count_if(servers_.begin(), servers_.end(), [](auto& s) { return !!s; });
+      finish_locked(Status(
+          ErrorCode::kTimeout,
+          fmt::format("rendezvous timed out after {} ms: {} of {} servers and {} of {} workers "
+                      "registered",
+                      config_.rendezvous_timeout.count(), servers, servers_.size(),
+                      pending_workers_.size(), config_.num_workers)));
+      return;
+    }
+    std::vector<std::shared_ptr<ps::Peer>> silent;
+    auto check = [&](const std::shared_ptr<ps::Peer>& p) {
+      if (p && now - p->last_seen() > config_.heartbeat_timeout) silent.push_back(p);
+    };
+    for (auto& s : servers_) check(s);
+    for (auto& [r, w] : workers_) check(w);
+    for (auto& p : silent) {
+      lost_why_[p->id()] =
+          fmt::format("no heartbeat for {} ms (PSRT_PEER_TIMEOUT_MS)", config_.heartbeat_timeout.count());
+      p->close();
+    }
+  }
+}
+
+}  // namespace psrt::runtime

@@ -1,0 +1,116 @@
+// The scheduler: rendezvous, membership, key placement, barriers and failure detection.
+//
+// Rendezvous: servers register with their listen address; workers are held until S servers
+// and the job's first N workers are in, then all get their ranks and the server list. Later
+// workers join at once, and workers may unregister; every membership change reaches every
+// server (and is acknowledged) before the worker that caused it gets its reply, so a server
+// never sees a push from a worker it does not know.
+//
+// Failures: a peer whose connection closes or that sends nothing for heartbeat_timeout is lost.
+// A lost worker is dropped from the membership and the job goes on with the others (in sync
+// mode, rounds then complete with the survivors). A lost server ends the job: everyone gets
+// SHUTDOWN naming it. The job ends normally when its last worker unregisters.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/endpoint.h"
+#include "ps/requests.h"
+#include "ps/shard_map.h"
+#include "transport/transport.h"
+
+namespace psrt::runtime {
+
+struct SchedulerConfig {
+  std::string transport = "tcp";
+  std::string listen = "127.0.0.1:0";
+  std::string secret;
+  std::uint32_t num_servers = 1;
+  std::uint32_t num_workers = 1;
+  std::size_t partition_bytes = std::size_t{4} << 20;
+  std::string checkpoint_dir;  // MANIFEST lives here; resume from its latest complete round
+  std::chrono::milliseconds heartbeat_timeout{10'000};
+  std::chrono::milliseconds rendezvous_timeout{120'000};
+};
+
+class Scheduler final : public ps::Handler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+  ~Scheduler() override;
+
+  // The address processes connect to.
+  const std::string& address() const { return address_; }
+  std::uint64_t resume_round() const { return resume_round_; }
+
+  // Blocks until the job ended (every worker left, or a failure) or `timeout`; returns how it
+  // ended (ok, or the error naming the cause). kTimeout when still running.
+  Status wait(std::chrono::milliseconds timeout);
+  // Ends the job now: SHUTDOWN(why) to everyone. Idempotent.
+  void stop(const Status& why);
+
+  void on_peer_ready(ps::Peer& peer) override;
+  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
+  void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
+                  const transport::Placement& placement) override;
+  void on_peer_closed(ps::Peer& peer, const Status& why) override;
+
+ private:
+  struct Waiting {
+    std::shared_ptr<ps::Peer> peer;
+    std::uint64_t request_id;
+  };
+  void on_register(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload);
+  void on_locate(ps::Peer& peer, const ps::Header& h);
+  void admit_pending_locked();
+  void reply_register(const Waiting& w, std::uint32_t rank);
+  // Sends the live worker set to every server; `then` runs once all acknowledged.
+  void change_members_locked(std::function<void()> then);
+  void start_next_change_locked();
+  void check_barrier_locked();
+  void lose_worker_locked(std::uint32_t rank, const std::string& why);
+  void finish_locked(const Status& why);
+  void monitor();
+
+  SchedulerConfig config_;
+  std::shared_ptr<ps::Endpoint> endpoint_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::string address_;
+  ps::Requests requests_;
+
+  // Recursive: a send that fails at once runs its completion (which locks) inside the caller.
+  std::recursive_mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<std::shared_ptr<ps::Peer>> servers_;
+  std::vector<std::string> server_addresses_;
+  std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;  // live, by rank
+  std::vector<std::pair<Waiting, std::uint32_t>> pending_workers_;  // before rendezvous
+  bool rendezvous_done_ = false;
+  std::uint32_t next_rank_ = 0;
+  std::set<std::uint32_t> used_ranks_;
+  ps::ShardMap shards_;
+  std::uint64_t resume_round_ = 0;
+  std::map<std::uint64_t, std::string> lost_why_;  // peer id → reason it was closed
+  // Membership changes go one at a time; each waits for every server's ack.
+  std::deque<std::function<void()>> changes_;
+  bool change_running_ = false;
+  // Barrier.
+  std::set<std::uint32_t> barrier_arrived_;
+  std::vector<Waiting> barrier_waiting_;
+
+  bool finished_ = false;
+  Status result_;
+  std::thread monitor_;
+};
+
+}  // namespace psrt::runtime

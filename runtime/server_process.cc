@@ -1,0 +1,126 @@
+#include "runtime/server_process.h"
+
+#include <csignal>
+#include <ctime>
+#include <future>
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "ps/requests.h"
+#include "runtime/env_contract.h"
+#include "transport/factory.h"
+
+namespace psrt::runtime {
+
+ps::ServerConfig server_config_from_env() {
+  ps::ServerConfig c;
+  c.mode = ps::parse_mode(env_string("PSRT_MODE"));
+  c.staleness = static_cast<std::uint64_t>(env_int("PSRT_STALENESS", 0, 1 << 20));
+  c.sgd.lr = env_float("PSRT_LR");
+  c.sgd.momentum = env_float("PSRT_MOMENTUM");
+  c.sgd.dampening = env_float("PSRT_DAMPENING");
+  c.sgd.weight_decay = env_float("PSRT_WEIGHT_DECAY");
+  c.sgd.nesterov = env_bool("PSRT_NESTEROV");
+  kernels::SgdConfig checked;
+  if (Status s = ps::decode_optimizer(ps::encode_optimizer(c.sgd), checked); !s.ok())
+    throw Error(ErrorCode::kInvalidArgument, "PSRT_LR/PSRT_MOMENTUM/...: " + s.message());
+  auto agg = env_string("PSRT_AGGREGATE");
+  if (agg != "mean" && agg != "sum")
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("PSRT_AGGREGATE='{}' is not mean or sum", agg));
+  c.average = agg == "mean";
+  c.checkpoint_dir = env_string("PSRT_CHECKPOINT_DIR");
+  c.checkpoint_every = static_cast<std::uint64_t>(env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40));
+  c.threads = static_cast<int>(env_int("PSRT_SERVER_THREADS", 1, 256));
+  c.trace_path = env_string("PSRT_SERVER_TRACE");
+  return c;
+}
+
+int run_server_from_env() {
+  // Signals are taken synchronously by the main loop below (sigtimedwait); block them before
+  // any thread starts so that every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const auto rank = static_cast<std::uint32_t>(env_int("PSRT_RANK", 0, 1 << 20));
+  log::set_prefix(fmt::format("server {}", rank));
+  auto config = server_config_from_env();
+  const auto scheduler_addr = env_string("PSRT_SCHEDULER");
+  if (scheduler_addr.empty())
+    throw Error(ErrorCode::kInvalidArgument, "PSRT_SCHEDULER is not set: servers run under psrun");
+  const auto secret = env_string("PSRT_SECRET");
+  const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
+  const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
+
+  ps::Server server(config);
+  ps::Requests requests;
+  std::shared_ptr<ps::Peer> scheduler;
+  std::promise<Status> ended;
+  std::atomic<bool> ended_set{false};
+  auto end = [&](const Status& s) {
+    if (!ended_set.exchange(true)) ended.set_value(s);
+  };
+  server.on_control = [&](const ps::Header& h, std::span<const std::byte> payload) {
+    if (h.type == ps::MsgType::kShutdown) {
+      std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
+      auto code = static_cast<ErrorCode>(h.arg0);
+      return end(code == ErrorCode::kOk ? Status() : Status(code, why));
+    }
+    if (h.type == ps::MsgType::kRegisterReply) server.set_resume_round(h.round);
+    if (scheduler) requests.complete(*scheduler, h, payload);
+  };
+
+  ps::Limits limits;
+  limits.max_data_bytes = partition;
+  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, limits);
+  endpoint->set_handler(&server);
+  transport::Options topts;
+  topts.max_payload_bytes = partition + ps::kMaxControlBytes;
+  topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
+  auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
+  const auto address = transport->listen(env_string("PSRT_HOST") + ":0");
+  scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,
+                                topts.connect_timeout);
+  ps::Header reg;
+  reg.type = ps::MsgType::kRegister;
+  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
+  reg.arg1 = rank;
+  std::string addr_line = address;
+  auto reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",
+                             topts.connect_timeout);
+  PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
+                ps::to_string(config.mode),
+                reply.header.round ? fmt::format(", resuming round {}", reply.header.round) : "");
+
+  auto result = ended.get_future();
+  Status status;
+  for (;;) {
+    if (result.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready) {
+      status = result.get();
+      break;
+    }
+    timespec ts{static_cast<time_t>(heartbeat.count() / 1000),
+                static_cast<long>(heartbeat.count() % 1000) * 1'000'000};
+    int sig = sigtimedwait(&stop_signals, nullptr, &ts);
+    if (sig > 0) {
+      status = Status(ErrorCode::kCancelled, fmt::format("stopped by signal {}", sig));
+      break;
+    }
+    ps::Header hb;
+    hb.type = ps::MsgType::kHeartbeat;
+    scheduler->send(hb);
+  }
+  server.stop();
+  transport->shutdown();
+  if (!status.ok()) {
+    PSRT_LOG_ERROR("{}", status.message());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace psrt::runtime

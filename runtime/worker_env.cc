@@ -1,0 +1,25 @@
+// Worker::from_env: the worker side of the env contract.
+#include "psrt/psrt.h"
+#include "runtime/env_contract.h"
+
+namespace psrt {
+
+Worker Worker::from_env() {
+  using namespace runtime;
+  WorkerOptions o;
+  o.scheduler = env_string("PSRT_SCHEDULER");
+  if (o.scheduler.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "PSRT_SCHEDULER is not set: start this program with psrun (psrun -n 2 -- PROGRAM)");
+  o.transport = env_string("PSRT_TRANSPORT");
+  o.secret = env_string("PSRT_SECRET");
+  if (o.secret.empty())
+    throw Error(ErrorCode::kInvalidArgument, "PSRT_SECRET is not set: start this program with psrun");
+  o.rank = static_cast<int>(env_int("PSRT_RANK", -1, 1 << 20));
+  o.op_timeout = env_ms("PSRT_OP_TIMEOUT_MS");
+  o.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
+  o.heartbeat = env_ms("PSRT_HEARTBEAT_MS");
+  return join(o);
+}
+
+}  // namespace psrt

@@ -1,0 +1,189 @@
+// The worker program the integration tests run under psrun: each scenario drives the public
+// worker API and checks exact results itself (integer-valued gradients, so every float sum is
+// exact). Prints "PASS <scenario> rank <r>" on success; exits 1 with a message on a mismatch.
+//
+//   ps_worker exact --rounds R [--sizes a,b,...]   sync, mean, lr 1: closed form every round
+//   ps_worker async|ssp --rounds R                 final = init - sum of every push
+//   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
+//   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
+//   ps_worker resume --rounds R --kill-after K     checkpoint test (see checkpoint test)
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "psrt/psrt.h"
+
+namespace {
+
+struct Args {
+  std::string scenario;
+  int rounds = 3;
+  int kill_after = -1;
+  std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
+  std::string stop_file;
+};
+
+[[noreturn]] void fail(const std::string& msg) {
+  std::fprintf(stderr, "FAIL %s\n", msg.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) fail("usage: ps_worker SCENARIO [--rounds R] [--sizes a,b] [--stop-file F]");
+  a.scenario = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--rounds") a.rounds = std::stoi(v);
+    else if (k == "--kill-after") a.kill_after = std::stoi(v);
+    else if (k == "--stop-file") a.stop_file = v;
+    else if (k == "--sizes") {
+      a.sizes.clear();
+      for (std::size_t p = 0; p < v.size();) {
+        auto q = v.find(',', p);
+        a.sizes.push_back(std::stoull(v.substr(p, q - p)));
+        p = q == std::string::npos ? v.size() : q + 1;
+      }
+    } else fail("unknown option " + k);
+  }
+  return a;
+}
+
+float init_value(std::size_t i) { return static_cast<float>(i % 5); }
+
+void check_all(const std::vector<float>& got, std::size_t key, const char* what,
+               double (*expect)(std::size_t i, const void*), const void* ctx) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double e = expect(i, ctx);
+    if (got[i] != static_cast<float>(e))
+      fail("key " + std::to_string(key) + " " + what + ": element " + std::to_string(i) + " is " +
+           std::to_string(got[i]) + ", expected " + std::to_string(e));
+  }
+}
+
+// Sync, mean over N workers, lr 1: after round t every element drops by
+// mean_r((r+1)(t+1) + i%7) = (t+1)(N+1)/2 + i%7.
+void exact(psrt::Worker& w, const Args& a, int first_round) {
+  const int n = w.num_workers();
+  std::map<std::size_t, std::vector<float>> weights, grads;
+  for (std::size_t k = 0; k < a.sizes.size(); ++k) {
+    std::vector<float> v(a.sizes[k]);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(i);
+    w.init(k, v);
+    weights[k].resize(v.size());
+    grads[k].resize(v.size());
+  }
+  for (auto& [k, v] : weights) w.pull(k, v).wait();
+  struct Ctx { int n, rounds; };
+  for (int t = first_round; t < a.rounds; ++t) {
+    std::vector<psrt::Handle> hs;
+    for (auto& [k, g] : grads) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
+      hs.push_back(w.push_pull(k, g, weights[k]));
+    }
+    for (auto& h : hs) h.wait();
+    Ctx ctx{n, t + 1};
+    for (auto& [k, v] : weights)
+      check_all(v, k, "after a sync round", [](std::size_t i, const void* c) {
+        auto* x = static_cast<const Ctx*>(c);
+        double sum = 0;
+        for (int u = 0; u < x->rounds; ++u) sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
+        return init_value(i) - sum;
+      }, &ctx);
+    if (a.kill_after == t + 1 && w.rank() == 0) {
+      std::printf("KILLING after round %d\n", t + 1);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    }
+  }
+}
+
+// async / ssp: every push applied alone (scale 1), lr 1: final = init - rounds * sum_r (r+1).
+void each_push(psrt::Worker& w, const Args& a) {
+  const std::size_t size = a.sizes.back();
+  std::vector<float> v(size), g(size, static_cast<float>(w.rank() + 1)), out(size);
+  for (std::size_t i = 0; i < size; ++i) v[i] = init_value(i);
+  w.init(0, v);
+  w.barrier();
+  for (int t = 0; t < a.rounds; ++t) {
+    // Uneven speeds, so that ssp's bound has something to hold back.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * w.rank()));
+    w.push_pull(0, g, out).wait();
+  }
+  w.barrier();
+  w.pull(0, out).wait();
+  const int n = w.num_workers();
+  const double drop = static_cast<double>(a.rounds) * n * (n + 1) / 2.0;
+  for (std::size_t i = 0; i < size; ++i)
+    if (out[i] != static_cast<float>(init_value(i) - drop))
+      fail("final weight " + std::to_string(out[i]) + " at " + std::to_string(i) + ", expected " +
+           std::to_string(init_value(i) - drop));
+}
+
+// Sync, sum, lr 1, every gradient 1: each round subtracts the number of workers in it.
+// Ranks 0 and 1 run rounds until the stop file appears; rank 2 runs 5 rounds, leaves, joins
+// again as a new worker for 5 more rounds, leaves, and creates the stop file.
+void elastic(psrt::Worker& w, const Args& a) {
+  const std::size_t size = 1000;
+  std::vector<float> v(size, 0.f), g(size, 1.f), out(size);
+  w.init(0, v);
+  if (w.rank() == 2) {
+    for (int t = 0; t < 5; ++t) w.push_pull(0, g, out).wait();
+    w.shutdown();
+    psrt::WorkerOptions o;
+    o.scheduler = std::getenv("PSRT_SCHEDULER");
+    o.transport = std::getenv("PSRT_TRANSPORT");
+    o.secret = std::getenv("PSRT_SECRET");
+    psrt::Worker again = psrt::Worker::join(o);
+    std::printf("REJOINED as rank %d\n", again.rank());
+    for (int t = 0; t < 5; ++t) again.push_pull(0, g, out).wait();
+    again.shutdown();
+    std::FILE* f = std::fopen(a.stop_file.c_str(), "w");
+    if (f) std::fclose(f);
+    return;
+  }
+  for (int t = 0; t < 10'000 && !std::filesystem::exists(a.stop_file); ++t)
+    w.push_pull(0, g, out).wait();
+  if (w.rank() == 1) {
+    // Let rank 0 leave first, so that the last pull sees every applied round.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    w.pull(0, out).wait();
+    std::printf("FINAL %.1f\n", static_cast<double>(out[0]));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  try {
+    psrt::Worker w = psrt::Worker::from_env();
+    if (a.scenario == "exact" || a.scenario == "kill") {
+      exact(w, a, 0);
+    } else if (a.scenario == "resume") {
+      exact(w, a, static_cast<int>(w.resume_round()));
+    } else if (a.scenario == "async" || a.scenario == "ssp") {
+      each_push(w, a);
+    } else if (a.scenario == "elastic") {
+      elastic(w, a);
+    } else {
+      fail("unknown scenario " + a.scenario);
+    }
+    std::printf("PASS %s rank %d\n", a.scenario.c_str(), w.rank());
+    w.shutdown();
+  } catch (const psrt::Error& e) {
+    fail(std::string("psrt::Error: ") + e.what());
+  }
+  return 0;
+}

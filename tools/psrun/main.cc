@@ -1,0 +1,205 @@
+// psrun: launches a psrt job — the scheduler (inside psrun), S servers and N copies of COMMAND —
+// with the PSRT_* environment (psrun --help-env), prefixes their output, forwards SIGINT and
+// SIGTERM, and stops everything when one process fails.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "ps/auth.h"
+#include "ps/consistency.h"
+#include "runtime/env_contract.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/scheduler.h"
+#include "runtime/server_process.h"
+#include "transport/factory.h"
+
+namespace {
+
+struct Args {
+  std::string transport;
+  int workers = 1;
+  int servers = 1;
+  std::string mode = "sync";
+  int staleness = 0;
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  std::string aggregate = "mean";
+  std::size_t partition_bytes = std::size_t{4} << 20;
+  std::string checkpoint_dir;
+  std::uint64_t checkpoint_every = 0;
+  int port = 0;
+  std::string secret_file;
+  std::string launcher = "local";
+  int server_threads = 1;
+  std::vector<std::string> command;
+};
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw psrt::Error(psrt::ErrorCode::kSystem, "cannot resolve /proc/self/exe");
+  return p.string();
+}
+
+int run(const Args& a) {
+  using namespace psrt;
+  ps::parse_mode(a.mode);  // validates
+  std::string secret;
+  if (!a.secret_file.empty()) {
+    secret = ps::read_secret_file(a.secret_file);
+  } else if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
+    secret = s;
+  } else {
+    secret = ps::generate_secret();
+  }
+  std::string transport = a.transport;
+  if (transport.empty()) transport = transport::available_backends().front();
+
+  runtime::SchedulerConfig sc;
+  sc.transport = transport;
+  sc.listen = fmt::format("127.0.0.1:{}", a.port);
+  sc.secret = secret;
+  sc.num_servers = static_cast<std::uint32_t>(a.servers);
+  sc.num_workers = static_cast<std::uint32_t>(a.workers);
+  sc.partition_bytes = a.partition_bytes;
+  sc.checkpoint_dir = a.checkpoint_dir;
+  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  log::set_prefix("scheduler");
+  runtime::Scheduler scheduler(sc);
+
+  std::vector<std::pair<std::string, std::string>> common = {
+      {"PSRT_SCHEDULER", scheduler.address()},
+      {"PSRT_TRANSPORT", transport},
+      {"PSRT_SECRET", secret},
+      {"PSRT_NUM_WORKERS", std::to_string(a.workers)},
+      {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
+      {"PSRT_MODE", a.mode},
+      {"PSRT_STALENESS", std::to_string(a.staleness)},
+      {"PSRT_LR", fmt::format("{}", a.lr)},
+      {"PSRT_MOMENTUM", fmt::format("{}", a.momentum)},
+      {"PSRT_DAMPENING", fmt::format("{}", a.dampening)},
+      {"PSRT_WEIGHT_DECAY", fmt::format("{}", a.weight_decay)},
+      {"PSRT_NESTEROV", a.nesterov ? "1" : "0"},
+      {"PSRT_AGGREGATE", a.aggregate},
+      {"PSRT_PARTITION_BYTES", std::to_string(a.partition_bytes)},
+      {"PSRT_CHECKPOINT_DIR", a.checkpoint_dir},
+      {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
+      {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
+  };
+  runtime::JobSpec job;
+  const std::string exe = self_exe();
+  for (int i = 0; i < a.servers; ++i) {
+    runtime::ProcessSpec p{fmt::format("server {}", i), {exe, "--internal-server"}, common};
+    p.env.emplace_back("PSRT_ROLE", "server");
+    p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    job.services.push_back(std::move(p));
+  }
+  for (int i = 0; i < a.workers; ++i) {
+    runtime::ProcessSpec p{fmt::format("worker {}", i), a.command, common};
+    p.env.emplace_back("PSRT_ROLE", "worker");
+    p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    job.workers.push_back(std::move(p));
+  }
+  // Once every worker has exited, the servers have nothing left to serve.
+  job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
+  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}, mode {}, scheduler at {}", a.workers,
+                a.servers, transport, a.mode, scheduler.address());
+  auto backend = runtime::make_launch_backend(a.launcher);
+  int rc = backend->run(job);
+  Status how = scheduler.wait(std::chrono::milliseconds(0));
+  if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
+    std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--internal-server") == 0) {
+    try {
+      return psrt::runtime::run_server_from_env();
+    } catch (const psrt::Error& e) {
+      std::cerr << "psrt server: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  CLI::App app{"psrun: launch a psrt parameter-server job (scheduler, S servers, N workers)"};
+  Args a;
+  std::string backends;
+  for (const auto& b : psrt::transport::available_backends()) backends += " " + b;
+  app.add_option("--transport", a.transport,
+                 "ucx | tcp (default: the first built of:" + backends + ")")
+      ->check(CLI::IsMember(psrt::transport::available_backends()));
+  app.add_option("-n,--workers", a.workers, "workers (copies of COMMAND)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("-s,--servers", a.servers, "servers")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--mode", a.mode, "consistency: sync | async | ssp")
+      ->check(CLI::IsMember({"sync", "async", "ssp"}))
+      ->capture_default_str();
+  app.add_option("--staleness", a.staleness, "ssp: rounds a worker may run ahead of the slowest")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--lr", a.lr, "SGD learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--momentum", a.momentum, "SGD momentum")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--dampening", a.dampening, "SGD dampening")->check(CLI::Range(0.f, 1.f))->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (needs --momentum > 0)");
+  app.add_option("--aggregate", a.aggregate, "mean | sum of a round's gradients")
+      ->check(CLI::IsMember({"mean", "sum"}))
+      ->capture_default_str();
+  app.add_option("--partition-bytes", a.partition_bytes, "max bytes of one slice of a tensor")
+      ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", a.checkpoint_dir, "servers checkpoint here; a job restarted "
+                                                       "with the same dir resumes");
+  app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
+      ->capture_default_str();
+  app.add_option("--port", a.port, "scheduler port on 127.0.0.1 (0 = any free)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--secret-file", a.secret_file,
+                 "job secret (first line); default PSRT_SECRET or a fresh random one");
+  app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
+  app.add_option("--server-threads", a.server_threads, "update threads per server")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  bool help_env = false;
+  app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
+  app.add_option("command", a.command, "COMMAND [ARGS...] run by every worker")->expected(-1);
+  app.prefix_command(false);
+  app.positionals_at_end(true);
+  CLI11_PARSE(app, argc, argv);
+  if (help_env) {
+    psrt::runtime::print_env_help(std::cout);
+    return 0;
+  }
+  if (a.command.empty()) {
+    std::cerr << "psrun: no COMMAND given: psrun [options] -- COMMAND [ARGS...] (see --help)\n";
+    return 2;
+  }
+  if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
+    std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";
+    return 2;
+  }
+  if (a.checkpoint_every > 0 && a.checkpoint_dir.empty()) {
+    std::cerr << "psrun: --checkpoint-every needs --checkpoint-dir\n";
+    return 2;
+  }
+  try {
+    return run(a);
+  } catch (const psrt::Error& e) {
+    std::cerr << "psrun: " << e.what() << "\n";
+    return 1;
+  }
+}
