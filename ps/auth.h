@@ -1,6 +1,7 @@
 // Job membership proof: HMAC-SHA256 challenge-response over a per-job secret (OpenSSL).
-// Both sides prove the secret: the acceptor answers the client's nonce in its CHALLENGE, the
-// client answers the acceptor's nonce in AUTH, so neither talks to an impostor.
+// Both sides prove the secret over both nonces: the client first (AUTH), so that a client with a
+// wrong secret gets the acceptor's clear refusal; then the acceptor (in WELCOME), so that a
+// client never talks to an impostor.
 #pragma once
 
 #include <array>

@@ -24,6 +24,41 @@ bool is_data(MsgType t) {
 
 }  // namespace
 
+Endpoint::Endpoint(std::string secret, Role self, Limits limits)
+    : secret_(std::move(secret)), self_(self), limits_(limits) {
+  linger_thread_ = std::thread([this] {
+    std::unique_lock lock(linger_mu_);
+    while (!stopping_) {
+      linger_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<std::shared_ptr<transport::Connection>> due;
+      std::erase_if(lingering_, [&](auto& e) {
+        if (e.first > now && !stopping_) return false;
+        if (auto c = e.second.lock()) due.push_back(std::move(c));
+        return true;
+      });
+      lock.unlock();
+      for (auto& c : due) c->close();
+      lock.lock();
+    }
+  });
+}
+
+Endpoint::~Endpoint() {
+  {
+    std::lock_guard lock(linger_mu_);
+    stopping_ = true;
+  }
+  linger_cv_.notify_all();
+  linger_thread_.join();
+}
+
+void Endpoint::close_later(std::weak_ptr<transport::Connection> conn) {
+  std::lock_guard lock(linger_mu_);
+  lingering_.emplace_back(std::chrono::steady_clock::now() + std::chrono::milliseconds(200),
+                          std::move(conn));
+}
+
 void Peer::send(const Header& h, std::span<const ConstBuffer> payload, transport::SendDone done) {
   auto bytes = encode(h);
   if (!done) done = [](const Status&) {};
@@ -48,8 +83,10 @@ void Peer::send_error(std::uint64_t request_id, ErrorCode code, const std::strin
   auto text = message.substr(0, kMaxControlBytes);
   auto b = as_bytes(text);
   std::weak_ptr<transport::Connection> weak = conn_;
-  send_bytes(h, {b.begin(), b.end()}, [weak, then_close](const Status&) {
+  Endpoint* endpoint = endpoint_;
+  send_bytes(h, {b.begin(), b.end()}, [weak, then_close, endpoint](const Status&) {
     if (!then_close) return;
+    if (endpoint) return endpoint->close_later(weak);
     if (auto c = weak.lock()) c->close();
   });
 }
@@ -74,6 +111,7 @@ std::shared_ptr<Peer> Endpoint::find_or_add(const std::shared_ptr<transport::Con
   auto& p = peers_[conn->id()];
   if (!p) {
     p = std::make_shared<Peer>(conn);
+    p->endpoint_ = this;
     p->last_seen_.store(now_ticks());
   }
   return p;
@@ -131,27 +169,38 @@ void Endpoint::reject(Peer& peer, std::uint64_t request_id, const Status& why) {
   peer.send_error(request_id, why.code(), why.message(), /*then_close=*/true);
 }
 
+transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request_id,
+                                               const Status& why, std::size_t size) {
+  constexpr std::size_t kMaxDiscardBytes = std::size_t{64} << 20;
+  if (size > kMaxDiscardBytes) {
+    reject(peer, request_id, why);
+    throw Error(why.code(), why.message());
+  }
+  auto buf = std::make_unique<std::vector<std::byte>>(size);
+  transport::Placement p{{buf->data(), size}, next_cookie_.fetch_add(1)};
+  std::lock_guard lock(mu_);
+  peer.inflight_[p.cookie] = std::move(buf);
+  peer.refused_[p.cookie] = why;
+  return p;
+}
+
 transport::Placement Endpoint::place(transport::Connection& conn,
                                      std::span<const std::byte> header, std::size_t size) {
   auto peer = find(conn.id());
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
   Header h;
-  if (Status s = decode(header, size, limits_, h); !s.ok()) {
-    reject(*peer, 0, s);
-    throw Error(s.code(), s.message());
-  }
+  if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
   if (is_data(h.type)) {
-    if (!peer->authenticated()) {
-      Status s(ErrorCode::kAuthentication, fmt::format("{} before authentication",
-                                                       to_string(h.type)));
-      reject(*peer, h.request_id, s);
-      throw Error(s.code(), s.message());
-    }
+    if (!peer->authenticated())
+      return refuse_at_place(
+          *peer, h.request_id,
+          Status(ErrorCode::kAuthentication,
+                 fmt::format("{} before authentication: send HELLO first", to_string(h.type))),
+          size);
     try {
       return handler_->place(*peer, h, size);
     } catch (const Error& e) {
-      reject(*peer, h.request_id, Status(e));
-      throw;
+      return refuse_at_place(*peer, h.request_id, Status(e), size);
     }
   }
   auto buf = std::make_unique<std::vector<std::byte>>(size);
@@ -166,6 +215,18 @@ void Endpoint::on_message(transport::Connection& conn, std::span<const std::byte
   auto peer = find(conn.id());
   if (!peer) return;
   peer->last_seen_.store(now_ticks(), std::memory_order_relaxed);
+  if (placement.dest.size > 0) {
+    std::unique_lock lock(mu_);
+    if (auto it = peer->refused_.find(placement.cookie); it != peer->refused_.end()) {
+      Status why = std::move(it->second);
+      peer->refused_.erase(it);
+      peer->inflight_.erase(placement.cookie);
+      lock.unlock();
+      Header h;
+      (void)decode(header, placement.dest.size, limits_, h);  // for the request id, if any
+      return reject(*peer, h.request_id, why);
+    }
+  }
   Header h;
   // place() has decoded headers with payloads already; header-only messages are checked here.
   if (Status s = decode(header, placement.dest.size, limits_, h); !s.ok())
@@ -215,13 +276,10 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       peer.rank_ = h.arg1;
       std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
       peer.my_nonce_ = random_nonce();
-      auto proof = prove(secret_, "acceptor", peer.their_nonce_, peer.my_nonce_);
-      std::vector<std::byte> body(peer.my_nonce_.begin(), peer.my_nonce_.end());
-      body.insert(body.end(), proof.begin(), proof.end());
       peer.state_ = Peer::State::kAwaitAuth;
       Header c;
       c.type = MsgType::kChallenge;
-      return peer.send_bytes(c, std::move(body));
+      return peer.send_bytes(c, {peer.my_nonce_.begin(), peer.my_nonce_.end()});
     }
     case Peer::State::kAwaitAuth: {
       if (h.type != MsgType::kAuth)
@@ -232,26 +290,17 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
                     "wrong job secret: the peer's proof does not match; start every process with "
                     "the job's PSRT_SECRET (psrun sets it)");
       peer.state_ = Peer::State::kReady;
+      auto proof = prove(secret_, "acceptor", peer.their_nonce_, peer.my_nonce_);
       Header w;
       w.type = MsgType::kWelcome;
-      peer.send(w);
+      peer.send_bytes(w, {proof.begin(), proof.end()});
       return handler_->on_peer_ready(peer);
     }
     case Peer::State::kClientAwaitChallenge: {
       if (h.type != MsgType::kChallenge)
         return fail(ErrorCode::kProtocol,
                     fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
-      std::copy(payload.begin(), payload.begin() + kNonceBytes, peer.their_nonce_.begin());
-      auto theirs = payload.subspan(kNonceBytes);
-      if (!same_digest(theirs, prove(secret_, "acceptor", peer.my_nonce_, peer.their_nonce_))) {
-        auto cb = std::move(peer.on_handshake_);
-        peer.close();
-        if (cb)
-          cb(Status(ErrorCode::kAuthentication,
-                    "the peer failed to prove the job secret: it belongs to another job or has a "
-                    "different PSRT_SECRET"));
-        return;
-      }
+      std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
       peer.state_ = Peer::State::kClientAwaitWelcome;
       auto proof = prove(secret_, "client", peer.their_nonce_, peer.my_nonce_);
       Header a;
@@ -262,6 +311,15 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kWelcome)
         return fail(ErrorCode::kProtocol,
                     fmt::format("expected WELCOME, got {}", to_string(h.type)));
+      if (!same_digest(payload, prove(secret_, "acceptor", peer.my_nonce_, peer.their_nonce_))) {
+        auto cb = std::move(peer.on_handshake_);
+        peer.close();
+        if (cb)
+          cb(Status(ErrorCode::kAuthentication,
+                    "the peer failed to prove the job secret: it belongs to another job or has a "
+                    "different PSRT_SECRET"));
+        return;
+      }
       peer.state_ = Peer::State::kReady;
       if (auto cb = std::move(peer.on_handshake_)) cb(Status());
       return;

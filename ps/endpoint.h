@@ -8,6 +8,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -23,6 +25,8 @@
 #include "transport/transport.h"
 
 namespace psrt::ps {
+
+class Endpoint;
 
 class Peer : public std::enable_shared_from_this<Peer> {
  public:
@@ -60,6 +64,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   enum class State { kAwaitHello, kAwaitAuth, kClientAwaitChallenge, kClientAwaitWelcome, kReady };
 
   std::shared_ptr<transport::Connection> conn_;
+  Endpoint* endpoint_ = nullptr;
   State state_ = State::kAwaitHello;
   Role role_ = Role::kWorker;
   std::atomic<std::uint32_t> rank_{kAnyRank};
@@ -69,6 +74,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
   std::function<void(const Status&)> on_handshake_;  // client side
   // Byte payloads being received, by placement cookie.
   std::unordered_map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> inflight_;
+  // Messages refused at place(): their payload is drained into a discard buffer so that the
+  // ERROR reply goes out in order and the connection closes after it.
+  std::unordered_map<std::uint64_t, Status> refused_;
 };
 
 class Handler {
@@ -88,8 +96,8 @@ class Handler {
 
 class Endpoint final : public transport::Receiver {
  public:
-  Endpoint(std::string secret, Role self, Limits limits)
-      : secret_(std::move(secret)), self_(self), limits_(limits) {}
+  Endpoint(std::string secret, Role self, Limits limits);
+  ~Endpoint() override;
 
   // Must be set before the transport delivers anything and outlive the transport.
   void set_handler(Handler* handler) { handler_ = handler; }
@@ -114,6 +122,16 @@ class Endpoint final : public transport::Receiver {
   std::shared_ptr<Peer> find_or_add(const std::shared_ptr<transport::Connection>& conn);
   void handshake(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void reject(Peer& peer, std::uint64_t request_id, const Status& why);
+  // place() for a refused message: a discard buffer, the refusal sent once it arrived. Payloads
+  // above kMaxDiscardBytes are not drained: the reply goes out at once and the connection
+  // closes without waiting.
+  transport::Placement refuse_at_place(Peer& peer, std::uint64_t request_id, const Status& why,
+                                       std::size_t size);
+
+  // Closes `conn` after kErrorLinger: an ERROR reply's send completing locally does not mean it
+  // arrived (UCX reports a closed endpoint to the peer faster than its last active message).
+  void close_later(std::weak_ptr<transport::Connection> conn);
+  friend class Peer;
 
   const std::string secret_;
   const Role self_;
@@ -122,6 +140,13 @@ class Endpoint final : public transport::Receiver {
   std::mutex mu_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Peer>> peers_;
   std::atomic<std::uint64_t> next_cookie_{1};
+
+  std::mutex linger_mu_;
+  std::condition_variable linger_cv_;
+  std::vector<std::pair<std::chrono::steady_clock::time_point,
+                        std::weak_ptr<transport::Connection>>> lingering_;
+  bool stopping_ = false;
+  std::thread linger_thread_;
 };
 
 }  // namespace psrt::ps

@@ -27,6 +27,7 @@ Body body_of(MsgType t) {
     case MsgType::kHello:
     case MsgType::kChallenge:
     case MsgType::kAuth:
+    case MsgType::kWelcome:
     case MsgType::kSetOptimizer:
     case MsgType::kLocateReply:
     case MsgType::kMembership:
@@ -55,7 +56,9 @@ std::size_t fixed_size(const Header& h) {
     case MsgType::kHello:
       return kNonceBytes;
     case MsgType::kChallenge:
-      return kNonceBytes + kDigestBytes;
+      return kNonceBytes;
+    case MsgType::kWelcome:
+      return kDigestBytes;
     case MsgType::kAuth:
       return kDigestBytes;
     case MsgType::kSetOptimizer:

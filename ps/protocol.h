@@ -33,9 +33,9 @@ inline constexpr std::size_t kDigestBytes = 32;
 enum class MsgType : std::uint8_t {
   // Handshake, on every connection before anything else.
   kHello = 1,      // client → acceptor: arg0 role, arg1 rank (or kAnyRank); payload client nonce
-  kChallenge,      // acceptor → client: payload server nonce + proof of the secret
-  kAuth,           // client → acceptor: payload proof of the secret
-  kWelcome,        // acceptor → client: authenticated
+  kChallenge,      // acceptor → client: payload acceptor nonce
+  kAuth,           // client → acceptor: payload the client's proof of the secret
+  kWelcome,        // acceptor → client: authenticated; payload the acceptor's proof
   kError,          // reply to request_id: arg0 ErrorCode; payload UTF-8 text
   // Scheduler.
   kRegister,       // arg0 role, arg1 rank wanted (kAnyRank); payload: a server's listen address

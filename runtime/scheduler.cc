@@ -275,20 +275,17 @@ void Scheduler::check_barrier_locked() {
 }
 
 void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
+  // A worker that vanished without unregistering took gradients of unfinished rounds with it;
+  // going on would silently train on a different problem. The job stops, naming it (DESIGN
+  // decision 9); workers that want to leave early call shutdown(), which unregisters.
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
-  const std::string name = it->second->name();
+  auto msg = fmt::format("{} lost: {}; stopping the job (a worker that leaves on purpose must "
+                         "call shutdown())",
+                         it->second->name(), why);
   workers_.erase(it);
-  barrier_arrived_.erase(rank);
-  std::erase_if(barrier_waiting_, [&](const Waiting& w) { return w.peer->rank() == rank; });
-  if (workers_.empty()) {
-    PSRT_LOG_ERROR("{} lost: {}; no workers are left", name, why);
-    return finish_locked(Status(ErrorCode::kPeerFailed,
-                                fmt::format("{} lost: {}; no workers are left", name, why)));
-  }
-  PSRT_LOG_WARN("{} lost: {}; the job goes on with {} workers", name, why, workers_.size());
-  change_members_locked([] {});
-  check_barrier_locked();
+  PSRT_LOG_ERROR("{}", msg);
+  finish_locked(Status(ErrorCode::kPeerFailed, msg));
 }
 
 void Scheduler::on_peer_closed(ps::Peer& peer, const Status& why) {

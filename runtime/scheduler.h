@@ -7,9 +7,9 @@
 // never sees a push from a worker it does not know.
 //
 // Failures: a peer whose connection closes or that sends nothing for heartbeat_timeout is lost.
-// A lost worker is dropped from the membership and the job goes on with the others (in sync
-// mode, rounds then complete with the survivors). A lost server ends the job: everyone gets
-// SHUTDOWN naming it. The job ends normally when its last worker unregisters.
+// A lost worker or server ends the job: everyone gets SHUTDOWN naming it, and pending
+// operations fail with that message (workers that leave on purpose unregister, see
+// Worker::shutdown). The job ends normally when its last worker unregisters.
 #pragma once
 
 #include <chrono>

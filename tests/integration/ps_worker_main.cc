@@ -6,7 +6,10 @@
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
-//   ps_worker resume --rounds R --kill-after K     checkpoint test (see checkpoint test)
+//   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
+//                                                  rerun resumes from the checkpoint
+//   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
+//                                                  1, 2 check sum-mode rounds stay exact
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "psrt/psrt.h"
+#include "tests/integration/attacker.h"
 
 namespace {
 
@@ -85,6 +89,14 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
   }
   for (auto& [k, v] : weights) w.pull(k, v).wait();
   struct Ctx { int n, rounds; };
+  auto closed_form = [](std::size_t i, const void* c) {
+    auto* x = static_cast<const Ctx*>(c);
+    double sum = 0;
+    for (int u = 0; u < x->rounds; ++u) sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
+    return init_value(i) - sum;
+  };
+  Ctx start{n, first_round};
+  for (auto& [k, v] : weights) check_all(v, k, "at the start", closed_form, &start);
   for (int t = first_round; t < a.rounds; ++t) {
     std::vector<psrt::Handle> hs;
     for (auto& [k, g] : grads) {
@@ -95,12 +107,7 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     for (auto& h : hs) h.wait();
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
-      check_all(v, k, "after a sync round", [](std::size_t i, const void* c) {
-        auto* x = static_cast<const Ctx*>(c);
-        double sum = 0;
-        for (int u = 0; u < x->rounds; ++u) sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
-        return init_value(i) - sum;
-      }, &ctx);
+      check_all(v, k, "after a sync round", closed_form, &ctx);
     if (a.kill_after == t + 1 && w.rank() == 0) {
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
@@ -163,18 +170,51 @@ void elastic(psrt::Worker& w, const Args& a) {
   }
 }
 
+// Ranks 1 and 2 of the attack job: sum of their two gradients, lr 1, exact every round.
+void honest(psrt::Worker& w, const Args& a) {
+  const std::size_t size = 4099;
+  std::vector<float> v(size), g(size), out(size);
+  for (std::size_t i = 0; i < size; ++i) v[i] = init_value(i);
+  w.init(0, v);
+  w.barrier();
+  for (int t = 0; t < a.rounds; ++t) {
+    for (std::size_t i = 0; i < size; ++i)
+      g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
+    w.push_pull(0, g, out).wait();
+    for (std::size_t i = 0; i < size; ++i) {
+      double drop = 0;
+      for (int u = 0; u <= t; ++u) drop += 5.0 * (u + 1) + 2.0 * static_cast<double>(i % 7);
+      if (out[i] != static_cast<float>(init_value(i) - drop))
+        fail("round " + std::to_string(t) + " element " + std::to_string(i) + " is " +
+             std::to_string(out[i]) + ", expected " + std::to_string(init_value(i) - drop));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
+  if (a.scenario == "attack" && std::string(std::getenv("PSRT_RANK")) == "0") {
+    try {
+      psrt::test::run_attacks();
+    } catch (const psrt::Error& e) {
+      fail(std::string("attacker: ") + e.what());
+    }
+    std::printf("PASS attack rank 0\n");
+    return 0;
+  }
   try {
     psrt::Worker w = psrt::Worker::from_env();
     if (a.scenario == "exact" || a.scenario == "kill") {
       exact(w, a, 0);
     } else if (a.scenario == "resume") {
+      std::printf("RESUMED %llu\n", static_cast<unsigned long long>(w.resume_round()));
       exact(w, a, static_cast<int>(w.resume_round()));
     } else if (a.scenario == "async" || a.scenario == "ssp") {
       each_push(w, a);
+    } else if (a.scenario == "attack") {
+      honest(w, a);
     } else if (a.scenario == "elastic") {
       elastic(w, a);
     } else {

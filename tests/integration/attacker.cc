@@ -1,0 +1,230 @@
+// The bad-input half of the fault test: worker rank 0 of a 3-worker job registers like any
+// worker, then sends the scheduler and a server what a broken or hostile peer would — a wrong
+// secret, a wrong protocol version, garbage, requests before authentication, a push of the wrong
+// length, an unknown key — and checks each gets an ERROR naming the cause and a closed
+// connection. Then it unregisters; ranks 1 and 2 check that their rounds stayed exact.
+#include "tests/integration/attacker.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "ps/endpoint.h"
+#include "ps/requests.h"
+#include "transport/factory.h"
+
+namespace psrt::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A raw transport peer: what came back, and whether the connection closed.
+class Raw final : public transport::Receiver {
+ public:
+  transport::Placement place(transport::Connection&, std::span<const std::byte>,
+                             std::size_t size) override {
+    payload_.resize(size);
+    return {{payload_.data(), size}};
+  }
+  void on_message(transport::Connection&, std::span<const std::byte> header,
+                  const transport::Placement& p) override {
+    std::lock_guard lock(mu_);
+    ps::Header h;
+    if (ps::decode(header, p.dest.size, {}, h).ok() && h.type == ps::MsgType::kError)
+      error_ = std::string(reinterpret_cast<const char*>(payload_.data()), payload_.size());
+    cv_.notify_all();
+  }
+  void on_closed(transport::Connection&, const Status&) override {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  // The ERROR text, once the connection is also closed (empty on timeout).
+  std::string error_then_close() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, 10s, [&] { return error_ && closed_; });
+    return error_ && closed_ ? *error_ : std::string();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::byte> payload_;
+  std::optional<std::string> error_;
+  bool closed_ = false;
+};
+
+// An authenticated worker-side handler: replies go to Requests, closes are recorded.
+class Client final : public ps::Handler {
+ public:
+  transport::Placement place(ps::Peer&, const ps::Header& h, std::size_t size) override {
+    return {requests.dest(h.request_id, size), 0};
+  }
+  void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
+                  const transport::Placement&) override {
+    requests.complete(peer, h, payload);
+  }
+  void on_peer_closed(ps::Peer& peer, const Status& why) override {
+    requests.fail_peer(peer, why);
+    std::lock_guard lock(mu);
+    closed.insert(peer.id());
+    cv.notify_all();
+  }
+  bool wait_closed(std::uint64_t id) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return closed.count(id) > 0; });
+  }
+  ps::Requests requests;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<std::uint64_t> closed;
+};
+
+void expect(bool ok, const std::string& what) {
+  if (ok) {
+    std::printf("OK %s\n", what.c_str());
+    return;
+  }
+  std::fprintf(stderr, "FAIL attack: %s\n", what.c_str());
+  std::exit(1);
+}
+
+bool has(const std::string& text, const char* needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// Sends `header` on a fresh unauthenticated connection; returns the ERROR text once closed.
+std::string raw_exchange(const std::string& backend, const std::string& address,
+                         std::span<const std::byte> header) {
+  auto rx = std::make_shared<Raw>();
+  auto t = transport::create_transport(backend, rx);
+  auto conn = t->connect(address);
+  conn->send(header, {}, [](const Status&) {});
+  auto text = rx->error_then_close();
+  t->shutdown();
+  return text;
+}
+
+}  // namespace
+
+void run_attacks() {
+  const std::string backend = std::getenv("PSRT_TRANSPORT");
+  const std::string secret = std::getenv("PSRT_SECRET");
+  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+
+  Client client;
+  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
+  endpoint->set_handler(&client);
+  auto t = transport::create_transport(backend, endpoint);
+  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
+  ps::Header reg;
+  reg.type = ps::MsgType::kRegister;
+  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
+  reg.arg1 = 0;
+  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  std::vector<std::string> servers;
+  expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
+  ps::Header barrier;
+  barrier.type = ps::MsgType::kBarrier;
+  client.requests.call(*sched, barrier, {}, "BARRIER", 60s);  // the others have run init()
+  ps::Header locate;
+  locate.type = ps::MsgType::kLocate;
+  locate.key = 0;
+  auto loc = client.requests.call(*sched, locate, {}, "LOCATE", 10s);
+  std::vector<ps::SliceRecord> slices;
+  expect(ps::decode_slices(loc.payload, loc.header.total, 1, slices).ok(), "located key 0");
+
+  {  // A wrong secret is refused by the scheduler and by a server.
+    for (const auto& [addr, role] : {std::pair{scheduler_addr, ps::Role::kScheduler},
+                                     std::pair{servers[0], ps::Role::kServer}}) {
+      Client other;
+      auto bad = std::make_shared<ps::Endpoint>("not-the-job-secret", ps::Role::kWorker,
+                                                ps::Limits{});
+      bad->set_handler(&other);
+      auto bt = transport::create_transport(backend, bad);
+      std::string what;
+      ErrorCode code = ErrorCode::kOk;
+      try {
+        bad->connect(*bt, addr, 5, role, 0, 10s);
+      } catch (const Error& e) {
+        what = e.what();
+        code = e.code();
+      }
+      bt->shutdown();
+      expect(code == ErrorCode::kAuthentication && has(what, "wrong job secret"),
+             "wrong secret refused by " + std::string(ps::to_string(role)) + ": " + what);
+    }
+  }
+  {  // A wrong protocol version.
+    ps::Header hello;
+    hello.type = ps::MsgType::kHello;
+    auto bytes = ps::encode(hello);
+    bytes[4] = std::byte{2};
+    auto text = raw_exchange(backend, servers[0], bytes);
+    expect(has(text, "protocol version 2"), "wrong version refused: " + text);
+  }
+  {  // Garbage.
+    std::vector<std::byte> junk(ps::kHeaderBytes, std::byte{0xab});
+    auto text = raw_exchange(backend, scheduler_addr, junk);
+    expect(has(text, "bad magic"), "garbage refused: " + text);
+  }
+  {  // A request before authentication.
+    ps::Header pull;
+    pull.type = ps::MsgType::kPull;
+    pull.dtype = ps::WireType::kF32;
+    pull.count = pull.total = 1;
+    auto text = raw_exchange(backend, servers[0], ps::encode(pull));
+    expect(has(text, "before authentication"), "unauthenticated PULL refused: " + text);
+  }
+  const auto& s0 = slices[0];
+  auto server = [&] {
+    return endpoint->connect(*t, servers[s0.server], 0, ps::Role::kServer, s0.server, 10s);
+  };
+  {  // A push of the wrong length: refused, and the weights stay as they were (ranks 1 and 2
+     // check every round exactly).
+    auto peer = server();
+    std::vector<float> grad(s0.count - 1, 1000.f);
+    ps::Header push;
+    push.type = ps::MsgType::kPush;
+    push.dtype = ps::WireType::kF32;
+    push.key = 0;
+    push.offset = s0.offset;
+    push.count = s0.count - 1;
+    push.total = loc.header.total;
+    push.arg0 = s0.index;
+    std::string error;
+    push.request_id = client.requests.add(*peer, "bad PUSH",
+                                          [&](const Status& s, const ps::Header&, auto) {
+                                            error = s.message();
+                                          });
+    ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+    peer->send(push, {&b, 1});
+    bool closed = client.wait_closed(peer->id());
+    expect(closed && has(error, "wrong length"), "wrong-length PUSH refused: " + error);
+  }
+  {  // An unknown key.
+    auto peer = server();
+    ps::Header pull;
+    pull.type = ps::MsgType::kPull;
+    pull.dtype = ps::WireType::kF32;
+    pull.key = 999;
+    pull.count = pull.total = 1;
+    std::string error;
+    std::vector<float> out(1);
+    pull.request_id = client.requests.add(
+        *peer, "PULL of key 999", [&](const Status& s, const ps::Header&, auto) { error = s.message(); },
+        {out.data(), sizeof(float)});
+    peer->send(pull);
+    bool closed = client.wait_closed(peer->id());
+    expect(closed && has(error, "unknown key 999"), "unknown key refused: " + error);
+  }
+  ps::Header unreg;
+  unreg.type = ps::MsgType::kUnregister;
+  client.requests.call(*sched, unreg, {}, "UNREGISTER", 10s);
+  t->shutdown();
+}
+
+}  // namespace psrt::test
