@@ -1,0 +1,190 @@
+// Whole jobs on 127.0.0.1: psrun starts the scheduler, servers and ps_worker processes; the
+// workers check exact values themselves, this test checks exit codes, output and the servers'
+// update trace (PSRT_SERVER_TRACE).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "transport/factory.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int rc = -1;
+  std::string out;
+  double seconds = 0;
+  int count(const std::string& needle) const {
+    int n = 0;
+    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1)) ++n;
+    return n;
+  }
+};
+
+fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("psrt_job_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto p = dir / name;
+  fs::remove_all(p);
+  return p;
+}
+
+// Runs `psrun ARGS -- ps_worker WORKER_ARGS` with extra environment, output captured.
+Run psrun(const std::string& env, const std::string& args, const std::string& worker_args) {
+  auto log = scratch("out.txt");
+  std::string cmd = env + " " PSRUN_PATH " " + args + " -- " PS_WORKER_PATH " " + worker_args +
+                    " > " + log.string() + " 2>&1";
+  auto start = std::chrono::steady_clock::now();
+  int status = std::system(cmd.c_str());
+  Run r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  return r;
+}
+
+std::vector<nlohmann::json> read_trace(const fs::path& p) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+class JobTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(JobTest, SyncRoundsEqualTheClosedFormExactly) {
+  // 8 workers, 2 servers, tensors from 1 to 8M+1 elements cut into 1 MiB slices.
+  auto r = psrun("", "--transport " + GetParam() + " -n 8 -s 2 --lr 1 --partition-bytes 1048576",
+                 "exact --rounds 3 --sizes 1,7,1000,4099,1048579,8388609");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 8) << r.out;
+}
+
+TEST_P(JobTest, BadInputIsRefusedAndOthersFinishExactly) {
+  auto r = psrun("", "--transport " + GetParam() + " -n 3 --aggregate sum --lr 1",
+                 "attack --rounds 5");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  for (const char* check : {"OK wrong secret refused by scheduler", "OK wrong secret refused by server",
+                            "OK wrong version refused", "OK garbage refused",
+                            "OK unauthenticated PULL refused", "OK wrong-length PUSH refused",
+                            "OK unknown key refused"})
+    EXPECT_EQ(r.count(check), 1) << check << "\n" << r.out;
+  EXPECT_EQ(r.count("PASS attack"), 3) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, JobTest,
+                         ::testing::ValuesIn(psrt::transport::available_backends()));
+
+TEST(Job, AsyncAppliesEveryPushOnce) {
+  auto r = psrun("", "--transport tcp -n 4 --mode async --lr 1", "async --rounds 20 --sizes 4099");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS async"), 4) << r.out;
+}
+
+TEST(Job, SspKeepsEveryWorkerWithinTheStalenessBound) {
+  for (int k : {0, 2}) {
+    auto trace = scratch("ssp_trace_" + std::to_string(k) + ".jsonl");
+    auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(),
+                   "--transport tcp -n 4 --mode ssp --lr 1 --staleness " + std::to_string(k),
+                   "ssp --rounds 20 --sizes 1000");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.count("PASS ssp"), 4) << r.out;
+    auto lines = read_trace(trace);
+    ASSERT_EQ(lines.size(), 80u);  // 4 workers x 20 pushes, each applied alone
+    std::uint64_t max_ahead = 0;
+    for (const auto& l : lines) {
+      ASSERT_EQ(l["ranks"].size(), 1u);
+      const std::uint64_t ahead = l["clocks"][0].get<std::uint64_t>() - l["slowest"].get<std::uint64_t>();
+      EXPECT_LE(ahead, static_cast<std::uint64_t>(k)) << l.dump();
+      max_ahead = std::max(max_ahead, ahead);
+    }
+    if (k > 0) EXPECT_GT(max_ahead, 0u) << "the slow workers never let anyone run ahead";
+  }
+}
+
+TEST(Job, ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers) {
+  auto trace = scratch("elastic_trace.jsonl");
+  auto stop = scratch("elastic_stop");
+  auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 3 --aggregate sum --lr 1",
+                 "elastic --stop-file " + stop.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("REJOINED as rank 3"), 1) << r.out;
+  auto lines = read_trace(trace);
+  ASSERT_FALSE(lines.empty());
+  double applied = 0;
+  std::set<std::uint32_t> seen;
+  for (std::size_t v = 0; v < lines.size(); ++v) {
+    EXPECT_EQ(lines[v]["version"].get<std::size_t>(), v + 1) << "each round exactly once";
+    std::set<std::uint32_t> ranks;
+    for (auto& x : lines[v]["ranks"]) ranks.insert(x.get<std::uint32_t>());
+    EXPECT_FALSE(ranks.count(2) && ranks.count(3)) << "rank 2 and its successor in one round";
+    applied += static_cast<double>(ranks.size());
+    seen.insert(ranks.begin(), ranks.end());
+  }
+  EXPECT_EQ(seen, (std::set<std::uint32_t>{0, 1, 2, 3}));
+  // Every gradient is 1, sum, lr 1: the final weight is minus the gradients applied.
+  auto p = r.out.find("FINAL ");
+  ASSERT_NE(p, std::string::npos) << r.out;
+  EXPECT_EQ(std::stod(r.out.substr(p + 6)), -applied) << r.out;
+}
+
+TEST(JobFault, KilledWorkerStopsTheJobNamingIt) {
+  auto r = psrun("", "--transport tcp -n 3 --lr 1", "kill --rounds 1000 --kill-after 2");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("worker 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SIGKILL"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+}
+
+TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
+  auto dir = scratch("ckpt");
+  const std::string args = "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 "
+                           "--checkpoint-every 2 --checkpoint-dir " + dir.string();
+  auto first = psrun("", args, "resume --rounds 10 --kill-after 4 --sizes 7,5000");
+  EXPECT_NE(first.rc, 0) << first.out;
+  EXPECT_EQ(first.count("KILLING after round 4"), 1) << first.out;
+  // Resumed workers start from round 4's weights (checked exactly) and go on to round 10.
+  auto second = psrun("", args, "resume --rounds 10 --sizes 7,5000");
+  EXPECT_EQ(second.rc, 0) << second.out;
+  EXPECT_EQ(second.count("RESUMED 4"), 2) << second.out;
+  EXPECT_EQ(second.count("PASS resume"), 2) << second.out;
+}
+
+TEST(Psrun, HelpEnvListsTheContract) {
+  auto log = scratch("help.txt");
+  ASSERT_EQ(std::system((std::string(PSRUN_PATH) + " --help-env > " + log.string()).c_str()), 0);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (const char* v : {"PSRT_ROLE", "PSRT_RANK", "PSRT_NUM_WORKERS", "PSRT_NUM_SERVERS",
+                        "PSRT_SCHEDULER", "PSRT_TRANSPORT", "PSRT_SECRET", "PSRT_MODE"})
+    EXPECT_NE(ss.str().find(v), std::string::npos) << v;
+}
+
+TEST(Psrun, BadCommandLinesAreRefusedWithTheCause) {
+  auto r = psrun("", "--mode bogus", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--mode"), std::string::npos) << r.out;
+  r = psrun("", "--secret-file /nonexistent/secret", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("cannot read the secret file '/nonexistent/secret'"), std::string::npos)
+      << r.out;
+  r = psrun("", "--nesterov", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--nesterov needs --momentum"), std::string::npos) << r.out;
+}
+
+}  // namespace
