@@ -1,0 +1,351 @@
+#include "runtime/launch/local_launcher.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "psrt/error.h"
+#include "runtime/launch/child_process.h"
+#include "runtime/launch/line_relay.h"
+#include "runtime/launch/signal_watch.h"
+
+namespace psrt::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The poll() timeout when no deadline is nearer: a missed SIGCHLD (another thread of psrun
+// changing its disposition) costs at most this much.
+constexpr milliseconds kPollBackstop{200};
+// After SIGKILL, how long to wait for the kernel to end a process before giving up on it (only a
+// process stuck in uninterruptible sleep takes this long).
+constexpr milliseconds kKillWait{5'000};
+
+using detail::ExitStatus;
+using detail::LineRelay;
+
+struct Child {
+  const ProcessSpec* spec;
+  bool worker;
+  pid_t pid;  // also its process group id
+  LineRelay out;
+  LineRelay err;
+  std::optional<ExitStatus> exit;  // set once seen; the child stays a zombie until finish()
+  bool reaped = false;
+
+  std::string who() const { return spec->label + " (pid " + std::to_string(pid) + ")"; }
+};
+
+void validate(const JobSpec& job) {
+  for (const auto* group : {&job.services, &job.workers}) {
+    for (const ProcessSpec& spec : *group) {
+      if (spec.argv.empty() || spec.argv.front().empty()) {
+        throw Error(ErrorCode::kInvalidArgument, spec.label + ": empty command");
+      }
+      for (const auto& [name, value] : spec.env) {
+        if (name.empty() || name.find('=') != std::string::npos) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      spec.label + ": bad environment variable name '" + name + "'");
+        }
+      }
+    }
+  }
+  if (job.service_grace.count() < 0 || job.kill_grace.count() < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "service_grace and kill_grace must be >= 0");
+  }
+}
+
+// One job from start to end. Exits are observed with waitid(WNOWAIT) and children are reaped only
+// at the very end: a zombie keeps its pid, so its process group id cannot be reused by an
+// unrelated process while this still signals that group.
+class JobRun {
+ public:
+  JobRun(const JobSpec& job, int out_fd, int err_fd, detail::SignalWatch& signals)
+      : job_(job), out_fd_(out_fd), err_fd_(err_fd), signals_(signals) {
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &child_mask_);
+    children_.reserve(job.services.size() + job.workers.size());
+  }
+  // Normally finish() has reaped everything; after an exception nothing may be left behind either.
+  ~JobRun() {
+    if (finished_) return;
+    for (Child& child : children_) {
+      if (child.reaped) continue;
+      ::kill(-child.pid, SIGKILL);
+      ::kill(child.pid, SIGKILL);
+    }
+    reap(Clock::now() + kKillWait);
+  }
+  JobRun(const JobRun&) = delete;
+  JobRun& operator=(const JobRun&) = delete;
+
+  int run() {
+    start_all();
+    if (phase_ == Phase::kRunning) maybe_workers_done();
+    while (!all_exited()) {
+      const auto now = Clock::now();
+      if (has_deadline() && now >= deadline_ && !on_deadline()) break;
+      wait_for_events();
+      observe_exits();
+      handle_signals();
+    }
+    finish();
+    return result_;
+  }
+
+ private:
+  enum class Phase {
+    kRunning,   // workers running; deadline_ only once a service has exited with status 0
+    kDraining,  // every worker exited 0; services have until deadline_ to exit
+    kStopping,  // SIGTERM (or the forwarded signal) sent; SIGKILL at deadline_
+    kKilling,   // SIGKILL sent; give up on the rest at deadline_
+  };
+
+  void start_all() {
+    for (const auto* group : {&job_.services, &job_.workers}) {
+      const bool workers = group == &job_.workers;
+      for (const ProcessSpec& spec : *group) {
+        // A service that failed at once (a port in use) or a signal ends the start-up here.
+        observe_exits();
+        handle_signals();
+        if (phase_ != Phase::kRunning) return;
+        detail::SpawnOutcome spawned = detail::spawn_child(spec, child_mask_, signals_.changed());
+        if (!spawned.error.empty()) {
+          report("psrun: " + spec.label + ": " + spawned.error);
+          fail();
+          return;
+        }
+        detail::SpawnedChild& c = spawned.child;
+        children_.push_back(
+            Child{&spec, workers, c.pid, LineRelay(std::move(c.stdout_read), spec.label, out_fd_),
+                  LineRelay(std::move(c.stderr_read), spec.label, err_fd_), std::nullopt});
+      }
+    }
+  }
+
+  bool has_deadline() const { return phase_ != Phase::kRunning || early_service_.has_value(); }
+
+  bool all_exited() const {
+    return std::all_of(children_.begin(), children_.end(),
+                       [](const Child& c) { return c.exit.has_value(); });
+  }
+
+  // Acts on the deadline of the current phase; false when there is nothing left to wait for.
+  bool on_deadline() {
+    switch (phase_) {
+      case Phase::kRunning:
+        fail_because(children_[*early_service_]);
+        return true;
+      case Phase::kDraining: {
+        std::string names;
+        bool several = false;
+        for (const Child& child : children_) {
+          if (child.exit) continue;
+          several = !names.empty();
+          names += (names.empty() ? "" : ", ") + child.who();
+        }
+        report("psrun: warning: " + names + " still running " +
+               std::to_string(job_.service_grace.count()) +
+               " ms after the last worker exited; stopping " + (several ? "them" : "it"));
+        stop(SIGTERM);
+        return true;
+      }
+      case Phase::kStopping:
+        kill_all();
+        return true;
+      case Phase::kKilling:
+        for (const Child& child : children_) {
+          if (!child.exit) report("psrun: " + child.who() + " did not exit after SIGKILL");
+        }
+        return false;
+    }
+    return false;
+  }
+
+  // Blocks until output, a signal or the phase's deadline (bounded by kPollBackstop).
+  void wait_for_events() {
+    std::vector<pollfd> fds;
+    std::vector<LineRelay*> relays;
+    fds.push_back({signals_.wake_fd(), POLLIN, 0});
+    for (Child& child : children_) {
+      for (LineRelay* relay : {&child.out, &child.err}) {
+        if (!relay->open()) continue;
+        fds.push_back({relay->fd(), POLLIN, 0});
+        relays.push_back(relay);
+      }
+    }
+    auto timeout = kPollBackstop;
+    if (has_deadline()) {
+      const auto left = std::chrono::ceil<milliseconds>(deadline_ - Clock::now());
+      timeout = std::clamp(left, milliseconds{0}, kPollBackstop);
+    }
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+    if (n < 0 && errno != EINTR) ::poll(nullptr, 0, 10);  // ENOMEM: retry soon, without spinning
+    if (n <= 0) return;  // the caller looks at exits and signals anyway
+    if (fds[0].revents != 0) signals_.drain_wakeups();
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) relays[i - 1]->read_available();
+    }
+  }
+
+  void observe_exits() {
+    for (Child& child : children_) {
+      if (child.exit) continue;
+      siginfo_t info{};
+      if (::waitid(P_PID, child.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+        if (errno != ECHILD) continue;
+        // Reaped behind our back (another thread called wait()): its status is lost.
+        child.reaped = true;
+        child.exit = ExitStatus{.lost = true};
+      } else if (info.si_pid == child.pid) {
+        child.exit = ExitStatus{.signaled = info.si_code != CLD_EXITED, .code = info.si_status};
+      } else {
+        continue;
+      }
+      // What it wrote before exiting is in its pipes already: show it before any verdict.
+      child.out.read_available();
+      child.err.read_available();
+      on_exit(child);
+    }
+  }
+
+  void on_exit(const Child& child) {
+    if (phase_ == Phase::kStopping || phase_ == Phase::kKilling) return;
+    const ExitStatus& status = *child.exit;
+    if (child.worker) {
+      if (!status.success()) return fail_because(child);
+      ++workers_succeeded_;
+      maybe_workers_done();
+      return;
+    }
+    if (!status.success()) return fail_because(child);
+    // A service that exits while workers still run fails the job even with status 0, unless the
+    // workers all finish within service_grace: a scheduler that releases the workers from their
+    // final barrier exits as they do, and may be seen first.
+    if (phase_ == Phase::kRunning && !early_service_) {
+      early_service_ = static_cast<std::size_t>(&child - children_.data());
+      deadline_ = Clock::now() + job_.service_grace;
+    }
+  }
+
+  void maybe_workers_done() {
+    if (phase_ != Phase::kRunning || workers_succeeded_ != job_.workers.size()) return;
+    if (job_.on_workers_done) {
+      try {
+        job_.on_workers_done();
+      } catch (const std::exception& e) {
+        report(std::string("psrun: telling the services that the workers are done failed: ") +
+               e.what() + "; stopping the job");
+        return fail();
+      }
+    }
+    phase_ = Phase::kDraining;
+    deadline_ = Clock::now() + job_.service_grace;
+  }
+
+  void handle_signals() {
+    for (const int sig : signals_.take_received()) {
+      if (result_ == 0) result_ = 128 + sig;
+      if (phase_ == Phase::kRunning || phase_ == Phase::kDraining) {
+        report("psrun: got " + detail::signal_name(sig) + "; forwarding it to every process");
+        stop(sig);
+      } else if (phase_ == Phase::kStopping) {
+        report("psrun: got " + detail::signal_name(sig) + " again; killing every process");
+        kill_all();
+      }
+    }
+  }
+
+  void fail_because(const Child& child) {
+    report("psrun: " + child.who() + " " + detail::describe(*child.exit) + "; stopping the job");
+    fail();
+  }
+
+  void fail() {
+    result_ = 1;
+    stop(SIGTERM);
+  }
+
+  void stop(int sig) {
+    signal_all(sig);
+    phase_ = Phase::kStopping;
+    deadline_ = Clock::now() + job_.kill_grace;
+  }
+
+  void kill_all() {
+    signal_all(SIGKILL);
+    phase_ = Phase::kKilling;
+    deadline_ = Clock::now() + kKillWait;
+  }
+
+  // Signals the group of every process, including those that have exited: what they started in
+  // the background belongs to the job too.
+  void signal_all(int sig) {
+    for (const Child& child : children_) {
+      if (child.reaped) continue;
+      // A process that moved itself to another group still gets the signal.
+      if (::kill(-child.pid, sig) != 0 && !child.exit) ::kill(child.pid, sig);
+    }
+  }
+
+  void finish() {
+    finished_ = true;
+    signal_all(SIGKILL);
+    for (Child& child : children_) {
+      child.out.finish();
+      child.err.finish();
+    }
+    reap(Clock::now());
+  }
+
+  // Reaps every child that has exited; waits until `deadline` for the others.
+  void reap(Clock::time_point deadline) {
+    for (Child& child : children_) {
+      while (!child.reaped) {
+        int status;
+        const pid_t rc = ::waitpid(child.pid, &status, WNOHANG);
+        if (rc == child.pid || (rc < 0 && errno == ECHILD)) {
+          child.reaped = true;
+        } else if (rc == 0 && Clock::now() < deadline) {
+          ::poll(nullptr, 0, 10);
+        } else if (rc == 0 || errno != EINTR) {
+          break;
+        }
+      }
+    }
+  }
+
+  void report(const std::string& line) { detail::write_all(err_fd_, line + "\n"); }
+
+  const JobSpec& job_;
+  int out_fd_;
+  int err_fd_;
+  detail::SignalWatch& signals_;
+  sigset_t child_mask_{};
+  std::vector<Child> children_;
+  Phase phase_ = Phase::kRunning;
+  Clock::time_point deadline_{};
+  std::optional<std::size_t> early_service_;  // the first service to exit 0 during kRunning
+  std::size_t workers_succeeded_ = 0;
+  int result_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+int LocalLauncher::run(const JobSpec& job) {
+  validate(job);
+  detail::SignalWatch signals;
+  JobRun run(job, out_fd_, err_fd_, signals);
+  return run.run();
+}
+
+}  // namespace psrt::runtime
