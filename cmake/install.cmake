@@ -3,7 +3,8 @@ include(CMakePackageConfigHelpers)
 
 set(PSRT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/psrt)
 
-install(TARGETS psrt psrt_base psrt_transport_core psrt_transport
+install(TARGETS psrt psrt_base psrt_transport_core psrt_transport psrt_kernels psrt_ps
+                psrt_runtime
         EXPORT psrtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -20,7 +21,7 @@ install(FILES ${CMAKE_BINARY_DIR}/generated/psrt/config.h
 # Internal layer headers that the public ones reach (transport/ for the transport API).
 install(DIRECTORY base transport DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/psrt/internal
         FILES_MATCHING PATTERN "*.h")
-install(TARGETS psbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS psbench psrun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 install(EXPORT psrtTargets NAMESPACE psrt:: DESTINATION ${PSRT_INSTALL_CMAKEDIR})
 configure_package_config_file(cmake/psrtConfig.cmake.in

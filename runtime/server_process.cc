@@ -86,12 +86,21 @@ int run_server_from_env() {
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,
                                 topts.connect_timeout);
   ps::Header reg;
+  ps::Reply reply;
   reg.type = ps::MsgType::kRegister;
   reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
   reg.arg1 = rank;
   std::string addr_line = address;
-  auto reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",
-                             topts.connect_timeout);
+  try {
+    reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",
+                          topts.connect_timeout);
+  } catch (const Error& e) {
+    // The workers were done before this server arrived (e.g. a COMMAND that never joined).
+    if (e.code() != ErrorCode::kCancelled) throw;
+    PSRT_LOG_INFO("the job ended before this server registered");
+    transport->shutdown();
+    return 0;
+  }
   PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
                 ps::to_string(config.mode),
                 reply.header.round ? fmt::format(", resuming round {}", reply.header.round) : "");

@@ -8,6 +8,7 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
+  libssl-dev
 )
 
 missing=()

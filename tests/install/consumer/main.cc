@@ -1,41 +1,30 @@
-// Sends one message to itself over the installed psrt's tcp transport and checks it arrived.
+// The README's example: a complete psrt worker. Each worker fits w to a target by SGD on
+// 0.5 * |w - target|^2 through the parameter servers; psrun runs N copies of it.
+//   psrun -n 2 -- ./consumer
+#include <psrt/psrt.h>
+
+#include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <future>
-#include <string>
-
-#include "transport/factory.h"
-
-using namespace psrt;
-
-class Echo final : public transport::Receiver {
- public:
-  transport::Placement place(transport::Connection&, std::span<const std::byte>,
-                             std::size_t size) override {
-    buf_.resize(size);
-    return {{buf_.data(), size}};
-  }
-  void on_message(transport::Connection&, std::span<const std::byte> header,
-                  const transport::Placement& p) override {
-    got_.set_value(std::string(reinterpret_cast<const char*>(header.data()), header.size()) + ":" +
-                   std::string(static_cast<const char*>(p.dest.data), p.dest.size));
-  }
-  void on_closed(transport::Connection&, const Status&) override {}
-  std::promise<std::string> got_;
-
- private:
-  std::string buf_;
-};
+#include <vector>
 
 int main() {
-  auto rx = std::make_shared<Echo>();
-  auto t = transport::create_transport("tcp", rx);
-  auto conn = t->connect(t->listen("127.0.0.1:0"));
-  std::string header = "hello", body = "psrt";
-  ConstBuffer b{body.data(), body.size()};
-  conn->send({reinterpret_cast<const std::byte*>(header.data()), header.size()}, {&b, 1},
-             [](const Status&) {});
-  std::string got = rx->got_.get_future().get();
-  std::printf("%s\n", got.c_str());
-  return got == "hello:psrt" ? 0 : 1;
+  psrt::Worker worker = psrt::Worker::from_env();  // joins the job psrun started
+  const psrt::Key key = 1;
+  std::vector<float> w(1000, 0.f), grad(w.size()), target(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) target[i] = static_cast<float>(i % 10);
+
+  worker.set_optimizer({.lr = 0.5f});  // the same on every worker
+  worker.init(key, w);                 // the first init in the job wins
+  worker.pull(key, w).wait();          // every worker starts from the stored weights
+
+  for (int step = 0; step < 30; ++step) {
+    for (std::size_t i = 0; i < w.size(); ++i) grad[i] = w[i] - target[i];
+    worker.push_pull(key, grad, w).wait();  // w = weights after this round (sync mode)
+  }
+  float err = 0.f;
+  for (std::size_t i = 0; i < w.size(); ++i) err = std::fmax(err, std::fabs(w[i] - target[i]));
+  std::printf("rank %d of %d: max |w - target| = %.3g\n", worker.rank(), worker.num_workers(),
+              err);
+  worker.shutdown();
+  return err < 1e-3f ? 0 : 1;
 }
