@@ -4,6 +4,7 @@
 
 #include "psrt/error.h"
 #include "transport/factory.h"
+#include "pushpull_bench.h"
 #include "transport_bench.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,19 @@ int main(int argc, char** argv) {
   tr->add_option("--listen", tc.listen, "be the passive side on HOST:PORT (for two hosts)");
   tr->add_option("--connect", tc.connect, "measure against a passive side at HOST:PORT");
 
+  psrt::bench::PushPullConfig pc;
+  auto* pp = app.add_subcommand(
+      "pushpull", "push_pull rounds through the parameter server; run it as psrun's COMMAND");
+  pp->add_option("--size", pc.sizes, "tensor sizes in bytes, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31));
+  pp->add_option("--iters", pc.iters, "measured rounds per size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  pp->add_option("--warmup", pc.warmup, "unmeasured rounds first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
   auto* list = app.add_subcommand("backends", "print the transport backends of this build");
 
   std::string peer_transport = "tcp", peer_listen = "127.0.0.1:0";
@@ -50,6 +64,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*tr) return psrt::bench::run_transport_bench(tc);
+    if (*pp) return psrt::bench::run_pushpull_bench(pc);
     if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";
