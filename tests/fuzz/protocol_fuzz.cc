@@ -1,0 +1,168 @@
+// libFuzzer target for the PS message decoder (ps/protocol.cc): the bytes a peer sends before
+// anything else checks them. Build and run with clang (from the repository root):
+//
+//   CXX=clang++ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+//   cmake --build build-fuzz --target protocol_fuzz &&
+//   build-fuzz/bin/protocol_fuzz -max_total_time=60 tests/fuzz/corpus
+//
+// libFuzzer adds the inputs it finds to the first corpus directory (tests/fuzz/corpus/.gitignore
+// keeps them out of git; only the seed-* files are checked in) and writes a crashing input to
+// ./crash-<sha1>. To keep the checked-in directory clean, name a scratch directory first:
+//   mkdir -p build-fuzz/corpus &&
+//   build-fuzz/bin/protocol_fuzz -max_total_time=60 build-fuzz/corpus tests/fuzz/corpus
+// Replay a crash with `build-fuzz/bin/protocol_fuzz crash-<sha1>`. The target is built with
+// address and undefined-behaviour sanitizers that abort on the first report, so UB is a crash.
+//
+// protocol_fuzz_corpus_test runs the same run_one() over the seeds with any compiler;
+// `protocol_fuzz_corpus_test --write tests/fuzz/corpus` regenerates the seeds after a protocol
+// change.
+#include "tests/fuzz/protocol_fuzz.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ps/protocol.h"
+
+namespace psrt::ps::fuzz {
+namespace {
+
+// A broken invariant is a finding: abort so that libFuzzer saves the input.
+void require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "protocol_fuzz: invariant broken: %s\n", what);
+  std::abort();
+}
+
+bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+void check_data_header(const Header& h, std::size_t payload_size) {
+  require(h.dtype != WireType::kBytes, "a data message with a byte dtype");
+  (void)to_dtype(h.dtype);  // throws (an uncaught exception: a crash) for a byte dtype
+  if (h.type != MsgType::kPullReply) {
+    require(h.count >= 1, "a data slice of 0 elements");
+    require(h.offset < h.total && h.count <= h.total - h.offset, "a slice outside its tensor");
+  }
+  if (h.type == MsgType::kInit || h.type == MsgType::kPull || h.type == MsgType::kPullReply)
+    require(h.dtype == WireType::kF32, "INIT/PULL/PULL_REPLY with a non-f32 dtype");
+  require(h.count <= Limits{}.max_data_bytes / wire_size(h.dtype), "a slice above the limit");
+  const std::size_t want = h.type == MsgType::kPull ? 0 : h.count * wire_size(h.dtype);
+  require(payload_size == want, "a data payload of another size than count x dtype");
+}
+
+Outcome check_slices(const Header& h, std::span<const std::byte> payload) {
+  std::vector<SliceRecord> slices;
+  // LOCATE_REPLY leaves arg0 unused; let the fuzzer pick the number of servers through it.
+  if (!decode_slices(payload, h.total, h.arg0, slices).ok()) return Outcome::kStructuredRejected;
+  require(slices.size() == h.count, "a slice table of another length than its count");
+  std::uint64_t next = 0;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const auto& s = slices[i];
+    require(s.server < h.arg0, "a slice on a server out of range");
+    require(s.index == i && s.offset == next && s.count >= 1, "slices that do not tile");
+    require(s.count <= h.total - next, "a slice past the end of its tensor");
+    next += s.count;
+  }
+  require(next == h.total, "slices that do not cover their tensor");
+  require(same_bytes(encode_slices(slices), payload), "a slice table that does not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+Outcome check_ranks(const Header& h, std::span<const std::byte> payload) {
+  std::vector<std::uint32_t> ranks;
+  if (!decode_ranks(payload, ranks).ok()) return Outcome::kStructuredRejected;
+  require(ranks.size() == h.count, "a rank list of another length than its count");
+  require(std::find(ranks.begin(), ranks.end(), kAnyRank) == ranks.end(),
+          "an unassigned rank in a member list");
+  require(same_bytes(encode_ranks(ranks), payload), "a rank list that does not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+Outcome check_optimizer(std::span<const std::byte> payload) {
+  kernels::SgdConfig c;
+  if (!decode_optimizer(payload, c).ok()) return Outcome::kStructuredRejected;
+  require(c.lr >= 0.f && c.lr <= 3.4e38f && c.momentum >= 0.f && c.momentum <= 3.4e38f &&
+              c.weight_decay >= 0.f && c.weight_decay <= 3.4e38f && c.dampening >= 0.f &&
+              c.dampening <= 1.f,
+          "an optimizer value out of range");
+  require(!c.nesterov || (c.momentum > 0.f && c.dampening == 0.f),
+          "Nesterov without momentum or with dampening");
+  require(same_bytes(encode_optimizer(c), payload), "an optimizer record that does not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+Outcome check_lines(std::span<const std::byte> payload) {
+  std::vector<std::string> lines;
+  if (!decode_lines(payload, lines).ok()) return Outcome::kStructuredRejected;
+  for (const auto& line : lines) {
+    require(!line.empty(), "an empty address line");
+    for (char c : line)
+      require(c >= 0x21 && c <= 0x7e, "a non-printable address byte");
+  }
+  require(same_bytes(encode_lines(lines), payload), "an address list that does not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+}  // namespace
+
+Outcome run_one(std::span<const std::byte> input) {
+  const auto header = input.first(std::min(input.size(), kHeaderBytes));
+  const auto payload = input.subspan(header.size());
+  Header h;
+  if (Status s = decode(header, payload.size(), Limits{}, h); !s.ok()) {
+    require(s.code() == ErrorCode::kProtocol && !s.message().empty(),
+            "a rejection that is not kProtocol with a message");
+    return Outcome::kRejected;
+  }
+  require(header.size() == kHeaderBytes, "a short header accepted");
+  // decode() reads every field and keeps it, so encoding the result gives the same bytes back.
+  const HeaderBytes again = encode(h);
+  require(same_bytes(again, header), "a header that does not re-encode to its bytes");
+  require(to_string(h.type) != "?", "an accepted type without a name");
+
+  switch (h.type) {
+    case MsgType::kHello:
+    case MsgType::kChallenge:
+    case MsgType::kAuth:
+    case MsgType::kWelcome:
+      require(payload.size() == kNonceBytes && payload.size() == kDigestBytes,
+              "a handshake payload of another size than 32");
+      return Outcome::kHeaderOnly;
+    case MsgType::kError:
+    case MsgType::kShutdown:
+      require(payload.size() <= kMaxControlBytes, "a text payload above the control limit");
+      return Outcome::kHeaderOnly;
+    case MsgType::kRegister:
+    case MsgType::kRegisterReply:
+      require(payload.size() <= kMaxControlBytes, "an address list above the control limit");
+      return check_lines(payload);
+    case MsgType::kLocateReply:
+      return check_slices(h, payload);
+    case MsgType::kMembership:
+      return check_ranks(h, payload);
+    case MsgType::kSetOptimizer:
+      return check_optimizer(payload);
+    case MsgType::kInit:
+    case MsgType::kPush:
+    case MsgType::kPushPull:
+    case MsgType::kPull:
+    case MsgType::kPullReply:
+      check_data_header(h, payload.size());
+      return Outcome::kHeaderOnly;
+    default:
+      require(payload.empty(), "a payload on a type that carries none");
+  }
+  return Outcome::kHeaderOnly;
+}
+
+}  // namespace psrt::ps::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  psrt::ps::fuzz::run_one({reinterpret_cast<const std::byte*>(data), size});
+  return 0;
+}
