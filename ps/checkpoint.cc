@@ -165,7 +165,11 @@ bool read_manifest(const std::string& dir, ShardMap& map) {
   std::string magic, word;
   int format = 0;
   std::uint32_t servers = 0;
-  if (!(in >> magic >> format >> word >> servers) || magic != "psrt-manifest" || format != 1)
+  std::string first;
+  std::getline(in, first);
+  std::istringstream head(first);
+  if (!(head >> magic >> format >> word >> servers) || magic != "psrt-manifest" || format != 1 ||
+      word != "servers")
     throw bad("bad first line");
   if (servers != map.num_servers())
     throw bad(fmt::format("written by a job with {} servers, this job has {}", servers,
@@ -173,12 +177,16 @@ bool read_manifest(const std::string& dir, ShardMap& map) {
   std::map<std::uint64_t, std::pair<std::uint64_t, std::vector<SliceRecord>>> keys;
   std::uint64_t key, total;
   SliceRecord s;
-  while (in >> key >> total >> s.index >> s.server >> s.offset >> s.count) {
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream rec(line);
+    std::string extra;
+    if (!(rec >> key >> total >> s.index >> s.server >> s.offset >> s.count) || (rec >> extra))
+      throw bad("malformed line '" + line + "'");
     auto& e = keys[key];
     e.first = total;
     e.second.push_back(s);
   }
-  if (!in.eof()) throw bad("malformed line");
   for (auto& [k, e] : keys) {
     std::vector<SliceRecord> checked;
     if (Status st = decode_slices(encode_slices(e.second), e.first, servers, checked); !st.ok())

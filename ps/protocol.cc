@@ -214,8 +214,9 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
       break;
     case Body::kFixed:
       if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
-      if (h.count > kMaxControlBytes / 4)
-        return bad(fmt::format("{} with {} records", name, h.count));
+      if (h.count > kMaxControlBytes / 4 || fixed_size(h) > kMaxControlBytes)
+        return bad(fmt::format("{} with {} records exceeds the {}-byte control limit", name,
+                               h.count, kMaxControlBytes));
       if (payload_size != fixed_size(h))
         return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size,
                                fixed_size(h)));
@@ -234,8 +235,8 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
                                limits.max_data_bytes));
       const std::size_t want = pull ? 0 : h.count * wire_size(h.dtype);
       if (payload_size != want)
-        return bad(fmt::format("{} payload of {} bytes, but {} {} elements need {}", name,
-                               payload_size, h.count, dtype, want));
+        return bad(fmt::format("{} payload of {} bytes, but {} elements of {} bytes need {}", name,
+                               payload_size, h.count, wire_size(h.dtype), want));
       break;
     }
   }

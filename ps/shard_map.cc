@@ -23,6 +23,13 @@ const std::vector<SliceRecord>& ShardMap::place(std::uint64_t key, std::uint64_t
                               key, it->second.first, total));
     return it->second.second;
   }
+  // A slice table must fit one control message (LOCATE_REPLY); totals come from the network.
+  constexpr std::uint64_t kMaxSlices = kMaxControlBytes / kSliceRecordBytes;
+  if (total > kMaxSlices * slice_elems_)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("key {} of {} elements needs more than {} slices of {} elements; "
+                            "raise --partition-bytes",
+                            key, total, kMaxSlices, slice_elems_));
   const std::uint64_t n = (total + slice_elems_ - 1) / slice_elems_;
   std::vector<SliceRecord> slices;
   slices.reserve(n);

@@ -189,3 +189,19 @@ TEST(ShardMap, RestoreAddsThePlacementAndItsLoad) {
 
 }  // namespace
 }  // namespace psrt::ps
+
+// Regression: a LOCATE total from the network used to reach vector::reserve unchecked
+// (std::length_error / bad_alloc escaping the scheduler's progress thread).
+TEST(ShardMapLimits, HugeTotalsAreRefusedWithPsrtError) {
+  psrt::ps::ShardMap map(2, 4);
+  for (std::uint64_t total : {std::uint64_t{1} << 62, std::uint64_t{1} << 63, ~std::uint64_t{0}}) {
+    try {
+      map.place(1, total);
+      FAIL() << "accepted " << total;
+    } catch (const psrt::Error& e) {
+      EXPECT_EQ(e.code(), psrt::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("raise --partition-bytes"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(map.find(1), nullptr);
+}
