@@ -246,11 +246,8 @@ void Endpoint::on_message(transport::Connection& conn, std::span<const std::byte
   if (is_handshake(h.type) || !peer->authenticated()) {
     if (h.type == MsgType::kError && !peer->authenticated() && peer->on_handshake_) {
       std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
-      auto code = h.arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
-                      ? static_cast<ErrorCode>(h.arg0)
-                      : ErrorCode::kProtocol;
       auto cb = std::move(peer->on_handshake_);
-      cb(Status(code, "refused the connection: " + text));
+      cb(Status(error_code_of(h), "refused the connection: " + text));
       return;
     }
     return handshake(*peer, h, payload);

@@ -98,6 +98,8 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
               Header& out);
 
 std::size_t wire_size(WireType t) noexcept;
+// The ErrorCode an ERROR message carries in arg0; kProtocol for a value no ErrorCode has.
+ErrorCode error_code_of(const Header& h) noexcept;
 kernels::DType to_dtype(WireType t);  // data types only
 WireType to_wire(kernels::DType t) noexcept;
 

@@ -47,10 +47,7 @@ bool Requests::complete(const Peer& from, const Header& h, std::span<const std::
   }
   if (h.type == MsgType::kError) {
     std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
-    auto code = h.arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound) && h.arg0 != 0
-                    ? static_cast<ErrorCode>(h.arg0)
-                    : ErrorCode::kProtocol;
-    e->done(Status(code, fmt::format("{} refused {}: {}", e->peer_name, e->what, text)), h, {});
+    e->done(Status(error_code_of(h), fmt::format("{} refused {}: {}", e->peer_name, e->what, text)), h, {});
     return true;
   }
   e->done(Status(), h, payload);

@@ -105,14 +105,17 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
                    fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
                                "without pulling; pull (or push_pull) to wait for the rounds",
                                rank, w->second.queued.size(), h.key, h.arg0));
-    for (const auto& [r, ws] : s.workers)
-      for (const auto& g : ws.queued)
-        if (g.dtype != h.dtype)
-          throw refuse(ErrorCode::kInvalidArgument,
-                       fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
-                                   "push a key in one dtype",
-                                   h.key, static_cast<int>(g.dtype), static_cast<int>(h.dtype),
-                                   rank));
+    // Queued gradients of a slice share one dtype (this check keeps it so): one of them tells.
+    for (const auto& [r, ws] : s.workers) {
+      if (ws.queued.empty()) continue;
+      if (ws.queued.front().dtype != h.dtype)
+        throw refuse(ErrorCode::kInvalidArgument,
+                     fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
+                                 "push a key in one dtype",
+                                 h.key, static_cast<int>(ws.queued.front().dtype),
+                                 static_cast<int>(h.dtype), rank));
+      break;
+    }
     auto it = std::find_if(s.free.begin(), s.free.end(), [&](auto& b) { return b.size == size; });
     if (it != s.free.end()) {
       in.grad = std::move(*it);

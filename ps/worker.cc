@@ -149,30 +149,8 @@ void Worker::Impl::init(Key key, std::span<const float> value) {
   check_open();
   if (value.empty())
     throw Error(ErrorCode::kInvalidArgument, fmt::format("init of key {} with 0 elements", key));
-  auto l = layout(key, value.size());
-  auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
-                                                  options_.op_timeout,
-                                                  fmt::format("INIT of key {}", key));
-  for (const auto& s : l->slices) {
-    Header h;
-    h.type = MsgType::kInit;
-    h.dtype = ps::WireType::kF32;
-    h.key = key;
-    h.offset = s.offset;
-    h.count = s.count;
-    h.total = l->total;
-    h.arg0 = s.index;
-    h.request_id = requests_.add(*servers_[s.server],
-                                 fmt::format("INIT of key {} slice {}", key, s.index),
-                                 [st](const Status& status, const Header&,
-                                      std::span<const std::byte>) { st->complete_part(status); });
-    ConstBuffer b{value.data() + s.offset, s.count * sizeof(float)};
-    const auto id = h.request_id;
-    servers_[s.server]->send(h, {&b, 1}, [this, id](const Status& status) {
-      if (!status.ok()) requests_.fail(id, status);
-    });
-  }
-  Handle(st).wait();
+  layout(key, value.size());  // places the key on first sight; checks its size otherwise
+  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {}).wait();
 }
 
 Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
@@ -185,7 +163,8 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", op,
                             key, grad.size / esize, l->total));
-  if (type != MsgType::kPush && out.size() != l->total)
+  const bool replies_weights = type == MsgType::kPull || type == MsgType::kPushPull;
+  if (replies_weights && out.size() != l->total)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the output has {} elements but the key holds {}", op,
                             key, out.size(), l->total));
@@ -202,7 +181,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     h.total = l->total;
     h.arg0 = s.index;
     MutableBuffer dest;
-    if (type != MsgType::kPush) dest = {out.data() + s.offset, s.count * sizeof(float)};
+    if (replies_weights) dest = {out.data() + s.offset, s.count * sizeof(float)};
     auto& server = *servers_[s.server];
     h.request_id = requests_.add(server, fmt::format("{} of key {} slice {}", op, key, s.index),
                                  [st](const Status& status, const Header&,

@@ -45,6 +45,8 @@ class Worker::Impl final : public ps::Handler {
 
   void set_optimizer(const OptimizerConfig& c);
   void init(Key key, std::span<const float> value);
+  // One request per slice of `key`: INIT/PUSH/PUSH_PULL send `grad`'s slice, PULL/PUSH_PULL
+  // replies land in `out`'s slice.
   Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
                  std::span<float> out);
   void barrier();
