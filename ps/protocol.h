@@ -55,6 +55,8 @@ enum class MsgType : std::uint8_t {
   kInitReply,
   kSetOptimizer,   // payload OptimizerRecord → kSetOptimizerReply
   kSetOptimizerReply,
+  // PUSH and PUSH_PULL: arg1 = the learning rate for this gradient's round as fp32 bits, 0 =
+  // the configured one (a schedule; a round takes its first gradient's).
   kPush,           // payload count × dtype → kPushAck once received
   kPushAck,
   kPull,           // → kPullReply once this worker's pushes are applied

@@ -1,6 +1,8 @@
 #include "ps/server.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/core.h>
@@ -116,6 +118,12 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
                                  static_cast<int>(h.dtype), rank));
       break;
     }
+    const float lr = std::bit_cast<float>(h.arg1);
+    if (!std::isfinite(lr) || lr < 0.f)
+      throw refuse(ErrorCode::kInvalidArgument,
+                   fmt::format("{} of key {} slice {} carries learning rate {}: it must be a "
+                               "finite number >= 0",
+                               to_string(h.type), h.key, h.arg0, lr));
     auto it = std::find_if(s.free.begin(), s.free.end(), [&](auto& b) { return b.size == size; });
     if (it != s.free.end()) {
       in.grad = std::move(*it);
@@ -125,6 +133,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
       in.grad.size = size;
     }
     in.grad.dtype = h.dtype;
+    in.grad.lr = lr;
     in.slice = &s;
   } else {
     throw refuse(ErrorCode::kProtocol,
@@ -396,6 +405,7 @@ void Server::run_update(Update& u) {
     std::lock_guard lock(sgd_mu_);
     cfg = config_.sgd;
   }
+  if (u.grads.front().lr > 0.f) cfg.lr = u.grads.front().lr;
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock.
   bool first_step = false;

@@ -66,6 +66,7 @@ class Server final : public Handler {
     std::unique_ptr<std::byte[]> data;
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
+    float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
   };
   struct WorkerState {
     std::deque<GradBuf> queued;

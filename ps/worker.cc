@@ -1,5 +1,8 @@
 #include <fmt/core.h>
 
+#include <bit>
+#include <cmath>
+
 #include "base/log.h"
 #include "ps/worker_impl.h"
 #include "transport/factory.h"
@@ -145,6 +148,13 @@ void Worker::Impl::set_optimizer(const OptimizerConfig& c) {
   }
 }
 
+void Worker::Impl::set_learning_rate(float lr) {
+  if (!std::isfinite(lr) || lr < 0.f)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("learning rate {} is not a finite number >= 0", lr));
+  lr_bits_.store(std::bit_cast<std::uint32_t>(lr), std::memory_order_relaxed);
+}
+
 void Worker::Impl::init(Key key, std::span<const float> value) {
   check_open();
   if (value.empty())
@@ -159,6 +169,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
   auto l = layout(key, 0);
   const std::size_t esize = ps::wire_size(dtype);
   const std::string op(ps::to_string(type));
+  const std::uint32_t lr = lr_bits_.load(std::memory_order_relaxed);
   if (type != MsgType::kPull && grad.size != l->total * esize)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", op,
@@ -180,6 +191,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     h.count = s.count;
     h.total = l->total;
     h.arg0 = s.index;
+    if (type == MsgType::kPush || type == MsgType::kPushPull) h.arg1 = lr;
     MutableBuffer dest;
     if (replies_weights) dest = {out.data() + s.offset, s.count * sizeof(float)};
     auto& server = *servers_[s.server];
@@ -284,6 +296,7 @@ int Worker::num_workers() const { return impl_->num_workers(); }
 int Worker::num_servers() const { return impl_->num_servers(); }
 std::uint64_t Worker::resume_round() const { return impl_->resume_round(); }
 void Worker::set_optimizer(const OptimizerConfig& c) { impl_->set_optimizer(c); }
+void Worker::set_learning_rate(float lr) { impl_->set_learning_rate(lr); }
 void Worker::init(Key key, std::span<const float> value) { impl_->init(key, value); }
 
 Handle Worker::push(Key key, std::span<const float> grad) {

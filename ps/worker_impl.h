@@ -3,6 +3,7 @@
 // outstanding requests. Replies land in the caller's buffers (pull) through Requests::dest.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -44,6 +45,7 @@ class Worker::Impl final : public ps::Handler {
   std::uint64_t resume_round() const { return resume_round_; }
 
   void set_optimizer(const OptimizerConfig& c);
+  void set_learning_rate(float lr);
   void init(Key key, std::span<const float> value);
   // One request per slice of `key`: INIT/PUSH/PUSH_PULL send `grad`'s slice, PULL/PUSH_PULL
   // replies land in `out`'s slice.
@@ -74,6 +76,7 @@ class Worker::Impl final : public ps::Handler {
   std::uint32_t rank_ = ps::kAnyRank;
   int num_workers_ = 0;
   std::uint64_t resume_round_ = 0;
+  std::atomic<std::uint32_t> lr_bits_{0};  // stamped on every push: 0 = the configured rate
 
   std::mutex layouts_mu_;
   std::map<Key, std::shared_ptr<const Layout>> layouts_;

@@ -118,6 +118,10 @@ class Worker {
   // on every worker (a different value is refused). Without it, psrun's --lr/--momentum/...
   // apply.
   void set_optimizer(const OptimizerConfig& config);
+  // The learning rate applied to the rounds of the gradients this worker pushes from now on,
+  // for a schedule (0 = the configured OptimizerConfig::lr again). Every worker must follow the
+  // same schedule: a round takes the rate carried by its first gradient. Non-blocking.
+  void set_learning_rate(float lr);
 
   // Stores `value` as key's initial weights unless the key already exists (the first init in
   // the job wins; later ones check the size and keep the stored values). Blocking: returns once

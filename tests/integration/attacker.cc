@@ -205,6 +205,28 @@ void run_attacks() {
     bool closed = client.wait_closed(peer->id());
     expect(closed && has(error, "wrong length"), "wrong-length PUSH refused: " + error);
   }
+  {  // A push whose learning rate is not a number: refused before it reaches the weights.
+    auto peer = server();
+    std::vector<float> grad(s0.count, 1000.f);
+    ps::Header push;
+    push.type = ps::MsgType::kPush;
+    push.dtype = ps::WireType::kF32;
+    push.key = 0;
+    push.offset = s0.offset;
+    push.count = s0.count;
+    push.total = loc.header.total;
+    push.arg0 = s0.index;
+    push.arg1 = 0x7fc00000u;  // quiet NaN
+    std::string error;
+    push.request_id = client.requests.add(*peer, "PUSH with a NaN learning rate",
+                                          [&](const Status& s, const ps::Header&, auto) {
+                                            error = s.message();
+                                          });
+    ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+    peer->send(push, {&b, 1});
+    bool closed = client.wait_closed(peer->id());
+    expect(closed && has(error, "carries learning rate nan"), "NaN learning rate refused: " + error);
+  }
   {  // An unknown key.
     auto peer = server();
     ps::Header pull;

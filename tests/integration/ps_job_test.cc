@@ -73,6 +73,13 @@ TEST_P(JobTest, SyncRoundsEqualTheClosedFormExactly) {
   EXPECT_EQ(r.count("PASS exact"), 8) << r.out;
 }
 
+TEST_P(JobTest, PerPushLearningRateFollowsTheSchedule) {
+  // --lr 1, each round t pushes 1s at learning rate t: weights drop by t in round t; 0 = --lr.
+  auto r = psrun("", "--transport " + GetParam() + " -n 2 --lr 1", "schedule --rounds 4");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS schedule"), 2) << r.out;
+}
+
 TEST_P(JobTest, BadInputIsRefusedAndOthersFinishExactly) {
   auto r = psrun("", "--transport " + GetParam() + " -n 3 --aggregate sum --lr 1",
                  "attack --rounds 5");
@@ -80,7 +87,7 @@ TEST_P(JobTest, BadInputIsRefusedAndOthersFinishExactly) {
   for (const char* check : {"OK wrong secret refused by scheduler", "OK wrong secret refused by server",
                             "OK wrong version refused", "OK garbage refused",
                             "OK unauthenticated PULL refused", "OK wrong-length PUSH refused",
-                            "OK unknown key refused"})
+                            "OK unknown key refused", "OK NaN learning rate refused"})
     EXPECT_EQ(r.count(check), 1) << check << "\n" << r.out;
   EXPECT_EQ(r.count("PASS attack"), 3) << r.out;
 }

@@ -10,6 +10,7 @@
 //                                                  rerun resumes from the checkpoint
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
 //                                                  1, 2 check sum-mode rounds stay exact
+#include <cmath>
 #include <unistd.h>
 
 #include <chrono>
@@ -193,6 +194,30 @@ void honest(psrt::Worker& w, const Args& a) {
 
 }  // namespace
 
+// A learning-rate schedule carried by the pushes (--lr 1): round t uses rate t, so the weights
+// drop by exactly t; a rate of 0 returns to the configured one.
+void schedule(psrt::Worker& w, const Args& a) {
+  std::vector<float> weights(1000, 0.f), grad(1000, 1.f);
+  w.init(0, weights);
+  double expected = 0;
+  for (int t = 1; t <= a.rounds + 1; ++t) {
+    const bool back_to_configured = t == a.rounds + 1;
+    w.set_learning_rate(back_to_configured ? 0.f : static_cast<float>(t));
+    w.push_pull(0, grad, weights).wait();
+    expected -= back_to_configured ? 1 : t;
+    for (float v : weights)
+      if (v != static_cast<float>(expected))
+        fail("round " + std::to_string(t) + ": weight " + std::to_string(v) + ", expected " +
+             std::to_string(expected));
+  }
+  try {
+    w.set_learning_rate(std::nanf(""));
+    fail("set_learning_rate(NaN) was accepted");
+  } catch (const psrt::Error& e) {
+    if (e.code() != psrt::ErrorCode::kInvalidArgument) fail(std::string("NaN: ") + e.what());
+  }
+}
+
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.scenario == "attack" && std::string(std::getenv("PSRT_RANK")) == "0") {
@@ -215,6 +240,8 @@ int main(int argc, char** argv) {
       each_push(w, a);
     } else if (a.scenario == "attack") {
       honest(w, a);
+    } else if (a.scenario == "schedule") {
+      schedule(w, a);
     } else if (a.scenario == "elastic") {
       elastic(w, a);
     } else {
