@@ -9,6 +9,8 @@ packages=(
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libssl-dev
+  libtorch-dev zlib1g-dev dataset-fashion-mnist
+  python3-matplotlib
 )
 
 missing=()

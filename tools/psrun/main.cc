@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool help_env = false;
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
-  app.add_option("command", a.command, "COMMAND [ARGS...] run by every worker")->expected(-1);
+  app.add_option("command", a.command,
+                 "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
+                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")->expected(-1);
   app.prefix_command(false);
   app.positionals_at_end(true);
   CLI11_PARSE(app, argc, argv);
@@ -185,8 +187,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (a.command.empty()) {
-    std::cerr << "psrun: no COMMAND given: psrun [options] -- COMMAND [ARGS...] (see --help)\n";
-    return 2;
+    // The default job: LeNet on Fashion-MNIST for one epoch with two workers.
+    const auto pstrain = std::filesystem::path(self_exe()).parent_path() / "pstrain";
+    if (!std::filesystem::exists(pstrain)) {
+      std::cerr << "psrun: no COMMAND given, and the default job's " << pstrain.string()
+                << " is not there (this build has no LibTorch: install libtorch-dev and "
+                   "rebuild): psrun [options] -- COMMAND [ARGS...] (see --help)\n";
+      return 2;
+    }
+    a.command = {pstrain.string(), "--model",  "lenet", "--dataset",
+                 "fashion-mnist",   "--epochs", "1"};
+    if (app.count("--workers") == 0) a.workers = 2;
+    std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
+              << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "
+              << "--epochs 1\n";
   }
   if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
     std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";

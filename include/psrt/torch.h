@@ -1,0 +1,112 @@
+// psrt LibTorch integration: train an existing LibTorch model through the parameter servers.
+//
+// Drop a DistributedOptimizer into the training loop in place of torch::optim::SGD. The servers
+// apply SGD (psrun --lr/--momentum/... or Options::sgd) to the mean of the workers' gradients.
+//
+//   #include <psrt/psrt.h>
+//   #include <psrt/torch.h>
+//   psrt::Worker worker = psrt::Worker::from_env();
+//   Net model;                                            // any torch::nn::Module
+//   psrt::torch::DistributedOptimizer opt(worker, *model, {.sgd = {.lr = 0.05f, .momentum = 0.9f}});
+//   for (auto& batch : loader) {
+//     opt.zero_grad();
+//     auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
+//     loss.backward();                                    // gradients are pushed from here on
+//     opt.step();                                         // returns without waiting for pulls
+//   }
+//   opt.synchronize();                                    // the model holds the final weights
+//
+// How the work overlaps:
+// - Every parameter is a key (FNV-1a of its name). A gradient hook pushes each gradient as soon
+//   as autograd produces it, while backward goes on with earlier layers. Pushes in flight are
+//   bounded by Options::push_credit_bytes; beyond that they queue in forward order (the first
+//   layers' first), so the weights that the next forward needs first come back first.
+// - The pulled weights land in the parameters' own storage, without a copy. The next forward
+//   waits for a parameter only where the model calls pre_forward(*this) (typically at the top of
+//   each block's forward); LibTorch's C++ modules have no forward pre-hooks, so this is the one
+//   line a model adds. A model that does not call it for every parameter is still correct:
+//   step() then waits for every pull before returning.
+//
+// BatchNorm running statistics are buffers, not parameters: they stay local to each worker.
+// Every worker holds the same weights and draws an i.i.d. shard of the data, so each worker's
+// running averages estimate the same statistics; pstrain evaluates and checkpoints rank 0's.
+//
+// Contracts:
+// - Blocking: the constructor, step() when the model is not gated, synchronize(). zero_grad()
+//   never blocks. Errors (lost server, refused request, timeout) throw psrt::Error from step(),
+//   synchronize() or the pre_forward() that waits.
+// - Threads: one training thread calls zero_grad/step/synchronize and runs forward/backward; the
+//   optimizer runs one helper thread that issues queued pushes.
+// - Lifetime: the model and the worker must outlive the optimizer. The destructor waits for
+//   outstanding operations and removes the hooks.
+// - Do not modify parameters in place while a step's pulls are outstanding (after backward and
+//   before the next forward); call synchronize() first.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "psrt/psrt.h"
+
+namespace psrt::torch {
+
+struct Options {
+  // The servers' optimizer, set by rank 0 (every worker must pass the same). Leave `set_sgd`
+  // false to keep what psrun's --lr/--momentum/... configured.
+  bool set_sgd = false;
+  OptimizerConfig sgd{};
+  // Gradient bytes in flight; later gradients queue in forward order. 0 = no bound.
+  std::size_t push_credit_bytes = std::size_t{4} << 20;
+  // fp16/bf16 halve the bytes pushed (servers accumulate in fp32).
+  GradType grad_type = GradType::kF32;
+};
+
+// The key a parameter name maps to (FNV-1a 64 of the name). Same on every worker.
+Key key_of(const std::string& parameter_name);
+
+class DistributedOptimizer {
+ public:
+  // Maps `model`'s parameters (named_parameters(), registration order) to keys, stores rank 0's
+  // values as the job's initial weights (a resumed job keeps its checkpoint's), pulls them into
+  // the model on every worker, and installs the gradient hooks. Blocking; call it on every worker
+  // with the same model structure. Throws psrt::Error when two names collide on one key, a
+  // parameter is not a contiguous fp32 CPU tensor, or the servers refuse.
+  DistributedOptimizer(Worker& worker, ::torch::nn::Module& model, Options options = {});
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Drops the local .grad tensors (the pushed gradients live in the optimizer until sent).
+  void zero_grad();
+  // Ends the step: pushes a zero gradient for every parameter that backward did not reach (so
+  // every key takes part in the round), then returns; the pulls complete in the background.
+  // Blocks until every pull is in when the last forward did not gate every parameter.
+  void step();
+  // Waits for every outstanding push and pull: the model then holds the servers' weights.
+  void synchronize();
+  // The learning rate for the gradients of the steps from now on (a schedule; 0 = the
+  // configured one). Use this rather than Worker::set_learning_rate: a step's pushes may still
+  // be queued when the next step's rate is set, and each carries the rate of its own step.
+  void set_learning_rate(float lr);
+  // Waits for the pulls of `module`'s parameters (its own and its children's). What
+  // pre_forward() calls; usable directly for modules that do not call it.
+  void wait(const ::torch::nn::Module& module);
+
+  std::int64_t steps() const;
+  const std::vector<std::string>& parameter_names() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Call at the top of a module's forward(): waits for the pulls of this module's parameters when
+// a DistributedOptimizer manages them, returns at once otherwise (no optimizer, --no-ps runs,
+// evaluation after synchronize()). Thread-safe.
+void pre_forward(const ::torch::nn::Module& module);
+
+}  // namespace psrt::torch

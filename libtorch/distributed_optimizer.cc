@@ -1,0 +1,311 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "base/log.h"
+#include "libtorch/impl.h"
+#include "libtorch/registry.h"
+
+namespace psrt::torch {
+namespace {
+
+std::span<float> floats_of(const at::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+at::ScalarType wire_type(GradType t) {
+  switch (t) {
+    case GradType::kF16: return at::kHalf;
+    case GradType::kBF16: return at::kBFloat16;
+    case GradType::kF32: break;
+  }
+  return at::kFloat;
+}
+
+}  // namespace
+
+Key key_of(const std::string& parameter_name) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (unsigned char c : parameter_name) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Options options)
+    : worker_(worker), model_(model), options_(options) {
+  std::unordered_map<Key, std::string> names_by_key;
+  std::unordered_map<const c10::TensorImpl*, int> slot_of;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
+    const std::string& name = item.key();
+    if (!p.device().is_cpu())
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("parameter '{}' is on {}: this build trains CPU tensors; move the "
+                              "model to the CPU (device tensors need psrt's GPU path)",
+                              name, p.device().str()));
+    if (p.scalar_type() != at::kFloat)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameter '{}' is {}; psrt keeps fp32 weights: convert the model "
+                              "with model->to(torch::kFloat)",
+                              name, c10::toString(p.scalar_type())));
+    if (!p.is_contiguous())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameter '{}' is not contiguous", name));
+    Slot s;
+    s.name = name;
+    s.key = key_of(name);
+    if (auto [it, fresh] = names_by_key.emplace(s.key, name); !fresh)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameters '{}' and '{}' map to the same key {}; rename one",
+                              it->second, name, s.key));
+    s.param = p;
+    s.bytes = static_cast<std::size_t>(p.numel()) * (options_.grad_type == GradType::kF32 ? 4 : 2);
+    slot_of[p.unsafeGetTensorImpl()] = static_cast<int>(slots_.size());
+    all_slots_.push_back(static_cast<int>(slots_.size()));
+    names_.push_back(name);
+    slots_.push_back(std::move(s));
+  }
+  if (slots_.empty())
+    throw Error(ErrorCode::kInvalidArgument, "the model has no parameters to train");
+
+  // Each module waits for its own parameters and its children's.
+  std::vector<const ::torch::nn::Module*> modules{&model};
+  module_slots_[&model] = all_slots_;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    std::vector<int> indices;
+    for (const auto& p : item.value()->parameters(/*recurse=*/true))
+      indices.push_back(slot_of.at(p.unsafeGetTensorImpl()));
+    module_slots_[item.value().get()] = std::move(indices);
+    modules.push_back(item.value().get());
+  }
+
+  // Every worker starts from rank 0's values (or the job's checkpoint, which init keeps).
+  if (options_.set_sgd) worker_.set_optimizer(options_.sgd);
+  if (worker_.rank() == 0) {
+    ::torch::NoGradGuard no_grad;
+    for (auto& s : slots_) worker_.init(s.key, floats_of(s.param));
+  }
+  worker_.barrier();
+  {
+    ::torch::NoGradGuard no_grad;
+    std::vector<Handle> pulls;
+    for (auto& s : slots_) pulls.push_back(worker_.pull(s.key, floats_of(s.param)));
+    for (auto& h : pulls) h.wait();
+  }
+
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
+    slots_[i].hook =
+        slots_[i].param.register_hook([this, i](const at::Tensor& g) { on_grad(i, g); });
+  pump_thread_ = std::thread([this] { pump(); });
+  detail::register_modules(modules, this);
+  PSRT_LOG_INFO("DistributedOptimizer: {} parameters ({} bytes of gradients per step) as keys",
+                slots_.size(), [this] {
+                  std::size_t b = 0;
+                  for (auto& s : slots_) b += s.bytes;
+                  return b;
+                }());
+}
+
+DistributedOptimizer::Impl::~Impl() {
+  detail::unregister_owner(this);
+  for (auto& s : slots_) s.param.remove_hook(s.hook);
+  try {
+    synchronize();
+  } catch (const std::exception& e) {
+    PSRT_LOG_WARN("DistributedOptimizer: outstanding operations failed at shutdown: {}",
+                  e.what());
+  }
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  pump_thread_.join();
+}
+
+void DistributedOptimizer::Impl::on_grad(int index, const at::Tensor& grad) {
+  at::Tensor t = grad.contiguous();
+  if (options_.grad_type != GradType::kF32) t = t.to(wire_type(options_.grad_type));
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[index];
+    if (s.reached)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameter '{}' received a second gradient before step(): call "
+                              "step() after every backward (accumulating several backward "
+                              "passes into one step is not supported)",
+                              s.name));
+    s.reached = true;
+    enqueue_locked(index, std::move(t));
+  }
+  cv_.notify_all();
+}
+
+void DistributedOptimizer::Impl::enqueue_locked(int index, at::Tensor grad) {
+  Slot& s = slots_[index];
+  s.grad = std::move(grad);
+  s.lr = lr_;
+  s.queued = true;
+  pending_.insert(index);
+}
+
+void DistributedOptimizer::Impl::pump() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+    if (stop_) return;
+    reclaim_locked();
+    const std::size_t credit = options_.push_credit_bytes;
+    while (!pending_.empty() &&
+           (credit == 0 || in_flight_.empty() || in_flight_bytes_ < credit)) {
+      const int index = *pending_.begin();
+      pending_.erase(pending_.begin());
+      issue_locked(index);
+    }
+    cv_.notify_all();  // wait() may be blocked on a slot that was just issued
+    if (!pending_.empty()) {
+      // Out of credit: wait for the oldest push to leave, then go round again.
+      Handle oldest = in_flight_.front().push;
+      lock.unlock();
+      oldest.wait_for(std::chrono::milliseconds(20));
+      lock.lock();
+    }
+  }
+}
+
+void DistributedOptimizer::Impl::issue_locked(int index) {
+  Slot& s = slots_[index];
+  s.queued = false;
+  const auto n = static_cast<std::size_t>(s.param.numel());
+  try {
+    if (s.lr != worker_lr_) {
+      worker_.set_learning_rate(s.lr);
+      worker_lr_ = s.lr;
+    }
+    if (options_.grad_type == GradType::kF32)
+      s.push = worker_.push(s.key, floats_of(s.grad));
+    else
+      s.push = worker_.push(s.key, static_cast<const std::uint16_t*>(s.grad.data_ptr()), n,
+                            options_.grad_type);
+    s.pull = worker_.pull(s.key, floats_of(s.param));
+  } catch (...) {
+    if (!error_) error_ = std::current_exception();
+    s.push = s.pull = Handle();
+    return;
+  }
+  in_flight_.push_back({index, s.bytes, s.push});
+  in_flight_bytes_ += s.bytes;
+}
+
+void DistributedOptimizer::Impl::reclaim_locked() {
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (!it->push.ready()) {
+      ++it;
+      continue;
+    }
+    try {
+      it->push.wait();
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+    }
+    in_flight_bytes_ -= it->bytes;
+    it = in_flight_.erase(it);
+  }
+}
+
+void DistributedOptimizer::Impl::rethrow_locked() {
+  if (error_) std::rethrow_exception(error_);
+}
+
+void DistributedOptimizer::Impl::wait_slots(const std::vector<int>& indices, bool mark_gated) {
+  std::vector<Handle> pulls;
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return error_ || std::none_of(indices.begin(), indices.end(),
+                                    [this](int i) { return slots_[i].queued; });
+    });
+    rethrow_locked();
+    pulls.reserve(indices.size());
+    for (int i : indices) {
+      pulls.push_back(slots_[i].pull);
+      if (mark_gated) slots_[i].gated = true;
+    }
+  }
+  for (const auto& h : pulls) h.wait();
+}
+
+void DistributedOptimizer::Impl::wait(const ::torch::nn::Module& module) {
+  auto it = module_slots_.find(&module);
+  if (it != module_slots_.end()) wait_slots(it->second, /*mark_gated=*/true);
+}
+
+void DistributedOptimizer::Impl::zero_grad() {
+  for (auto& s : slots_)
+    if (s.param.grad().defined()) s.param.mutable_grad() = at::Tensor();
+}
+
+void DistributedOptimizer::Impl::step() {
+  bool gated = true;
+  {
+    std::lock_guard lock(mu_);
+    rethrow_locked();
+    for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+      Slot& s = slots_[i];
+      if (!s.reached) {
+        // Every key takes part in every round, so a parameter backward did not reach pushes 0.
+        if (!s.zeros.defined())
+          s.zeros = at::zeros_like(s.param, s.param.options().dtype(
+                                                wire_type(options_.grad_type)));
+        enqueue_locked(i, s.zeros);
+      }
+      s.reached = false;
+      gated = gated && s.gated;
+      s.gated = false;
+    }
+  }
+  cv_.notify_all();
+  ++steps_;
+  if (!gated) synchronize();
+}
+
+void DistributedOptimizer::Impl::set_learning_rate(float lr) {
+  if (!std::isfinite(lr) || lr < 0.f)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("learning rate {} is not a finite number >= 0", lr));
+  std::lock_guard lock(mu_);
+  lr_ = lr;
+}
+
+void DistributedOptimizer::Impl::synchronize() {
+  wait_slots(all_slots_, /*mark_gated=*/false);
+  std::vector<Handle> pushes;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& s : slots_) pushes.push_back(s.push);
+  }
+  for (const auto& h : pushes) h.wait();
+}
+
+// --- the public class ---
+
+DistributedOptimizer::DistributedOptimizer(Worker& worker, ::torch::nn::Module& model,
+                                           Options options)
+    : impl_(std::make_unique<Impl>(worker, model, options)) {}
+DistributedOptimizer::~DistributedOptimizer() = default;
+void DistributedOptimizer::zero_grad() { impl_->zero_grad(); }
+void DistributedOptimizer::step() { impl_->step(); }
+void DistributedOptimizer::synchronize() { impl_->synchronize(); }
+void DistributedOptimizer::set_learning_rate(float lr) { impl_->set_learning_rate(lr); }
+void DistributedOptimizer::wait(const ::torch::nn::Module& module) { impl_->wait(module); }
+std::int64_t DistributedOptimizer::steps() const { return impl_->steps(); }
+const std::vector<std::string>& DistributedOptimizer::parameter_names() const {
+  return impl_->names();
+}
+
+}  // namespace psrt::torch

@@ -1,0 +1,254 @@
+// pstrain as users run it: real psrun jobs on 127.0.0.1 with the synthetic data set, checked
+// through the metrics files (per-step loss and weights digest), checkpoints and summary lines.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pstrain/checkpoint.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Run {
+  int rc = -1;
+  std::string out;
+  bool has(const std::string& s) const { return out.find(s) != std::string::npos; }
+};
+
+fs::path scratch(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("psrt_train_test_" + std::to_string(::getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+Run sh(const std::string& cmd) {
+  const auto log = scratch("log") / "out.txt";
+  const int status = std::system((cmd + " > " + log.string() + " 2>&1").c_str());
+  Run r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  return r;
+}
+
+std::vector<json> steps_of(const fs::path& metrics) {
+  std::vector<json> steps;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = json::parse(line);
+    if (j.contains("loss")) steps.push_back(j);
+  }
+  return steps;
+}
+
+json summary_of(const Run& r) {
+  for (auto p = r.out.find("{\"dataset\""); p != std::string::npos;
+       p = r.out.find("{\"dataset\"", p + 1))
+    return json::parse(r.out.substr(p, r.out.find('\n', p) - p));
+  return {};
+}
+
+// Small and fast: LeNet on the synthetic set, one intra-op thread (deterministic).
+const std::string kTrain =
+    " " PSTRAIN_PATH " --model lenet --dataset synthetic --threads 1 --batch-size 32 ";
+
+TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) {
+  auto dir = scratch("sync2");
+  auto r = sh(PSRUN_PATH " --transport tcp -n 2 --" + kTrain +
+              "--lr 0.05 --max-steps 60 --digest --metrics " + (dir / "m{rank}.jsonl").string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
+  ASSERT_EQ(w0.size(), 60u);
+  ASSERT_EQ(w1.size(), 60u);
+  for (std::size_t i = 0; i < w0.size(); ++i) {
+    EXPECT_EQ(w0[i]["step"], static_cast<int>(i + 1));
+    EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << "step " << i + 1;
+  }
+  EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += w0[i]["loss"].get<double>() + w1[i]["loss"].get<double>();
+    last += w0[50 + i]["loss"].get<double>() + w1[50 + i]["loss"].get<double>();
+  }
+  EXPECT_LT(last, 0.7 * first) << "mean loss of the first 10 steps " << first / 20
+                               << ", of the last 10 " << last / 20;
+  auto s = summary_of(r);
+  ASSERT_FALSE(s.is_null()) << r.out;
+  EXPECT_EQ(s["workers"], 2);
+  EXPECT_EQ(s["steps"], 60);
+  EXPECT_GT(s["test_accuracy"].get<double>(), 0.5);  // 10 classes: chance is 0.1
+}
+
+TEST(TrainJob, OnePsWorkerMatchesTorchSgdStepForStep) {
+  // Momentum, Nesterov, weight decay and a cosine schedule (set per push on the servers).
+  const std::string flags = "--lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.001 "
+                            "--lr-schedule cosine --max-steps 40 --checkpoint-every 40 ";
+  auto a = scratch("equiv_ps"), b = scratch("equiv_local");
+  auto ps = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
+               (a / "m.jsonl").string() + " --train-dir " + a.string());
+  ASSERT_EQ(ps.rc, 0) << ps.out;
+  auto local = sh(kTrain + "--no-ps " + flags + "--metrics " + (b / "m.jsonl").string() +
+                  " --train-dir " + b.string());
+  ASSERT_EQ(local.rc, 0) << local.out;
+  auto sa = steps_of(a / "m.jsonl"), sb = steps_of(b / "m.jsonl");
+  ASSERT_EQ(sa.size(), 40u);
+  ASSERT_EQ(sb.size(), 40u);
+  for (std::size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_FLOAT_EQ(sa[i]["lr"].get<float>(), sb[i]["lr"].get<float>());
+    const double la = sa[i]["loss"], lb = sb[i]["loss"];
+    // Last-bit differences only (ATen fuses multiply-adds, the servers do not). A step that
+    // used the previous step's learning rate shows as 1e-5 and more within 10 steps.
+    EXPECT_NEAR(la, lb, 2e-6 * std::abs(lb)) << "step " << i + 1;
+  }
+  // The final weights, element by element.
+  auto ca = psrt::pstrain::latest_checkpoint(a.string());
+  auto cb = psrt::pstrain::latest_checkpoint(b.string());
+  ASSERT_TRUE(ca && cb);
+  auto ma = psrt::pstrain::make_model("lenet", ca->spec);
+  auto mb = psrt::pstrain::make_model("lenet", cb->spec);
+  psrt::pstrain::load_checkpoint(*ca, *ma, nullptr);
+  psrt::pstrain::load_checkpoint(*cb, *mb, nullptr);
+  auto pa = ma->named_parameters(), pb = mb->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    const auto& x = item.value();
+    const auto& y = pb[item.key()];
+    EXPECT_TRUE(::torch::allclose(x, y, 1e-4, 1e-6))
+        << item.key() << ": max difference " << (x - y).abs().max().item<float>();
+  }
+}
+
+// The pid of the pstrain process whose command line mentions `marker`, or 0.
+pid_t find_pstrain(const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    if (cmd.find("pstrain") != std::string::npos && cmd.find(marker) != std::string::npos &&
+        cmd.find("psrun") == std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
+TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
+  // Momentum 0: the servers hold no optimizer state, so the resumed run must retrace the
+  // uninterrupted one bit for bit.
+  const std::string flags = "--lr 0.05 --momentum 0 --epochs 3 --max-steps 300 --checkpoint-every 50 "
+                            "--digest ";
+  auto ref = scratch("ref"), killed = scratch("killed");
+  auto full = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
+                 (ref / "m.jsonl").string() + " --train-dir " + ref.string());
+  ASSERT_EQ(full.rc, 0) << full.out;
+
+  // The same job, SIGKILLed once it is past step 120.
+  const std::string log = (killed / "first.txt").string();
+  const std::string cmd = PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags +
+                          "--metrics " + (killed / "m1.jsonl").string() + " --train-dir " +
+                          killed.string() + " > " + log + " 2>&1";
+  pid_t job = ::fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool killed_it = false;
+  for (int i = 0; i < 3000 && !killed_it; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    auto s = steps_of(killed / "m1.jsonl");
+    if (!s.empty() && s.back()["step"].get<int>() >= 120) {
+      if (pid_t p = find_pstrain(killed.string())) killed_it = ::kill(p, SIGKILL) == 0;
+    }
+  }
+  int status = 0;
+  ::waitpid(job, &status, 0);
+  ASSERT_TRUE(killed_it) << "never saw step 120";
+  EXPECT_NE(WEXITSTATUS(status), 0) << "psrun must report the killed worker";
+  auto first = steps_of(killed / "m1.jsonl");
+  ASSERT_LT(first.back()["step"].get<int>(), 300);
+  auto ck = psrt::pstrain::latest_checkpoint(killed.string());
+  ASSERT_TRUE(ck);
+  ASSERT_GE(ck->step, 100);
+  ASSERT_EQ(ck->step % 50, 0);
+  EXPECT_EQ(ck->digest, first[ck->step - 1]["weights_digest"]);
+
+  auto resumed = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--resume " +
+                    "--metrics " + (killed / "m2.jsonl").string() + " --train-dir " +
+                    killed.string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  EXPECT_TRUE(resumed.has("at step " + std::to_string(ck->step) + " (epoch")) << resumed.out;
+  EXPECT_TRUE(resumed.has("weights " + ck->digest)) << resumed.out;
+  auto second = steps_of(killed / "m2.jsonl");
+  auto reference = steps_of(ref / "m.jsonl");
+  ASSERT_EQ(second.size(), static_cast<std::size_t>(300 - ck->step));
+  EXPECT_EQ(second.front()["step"], ck->step + 1);
+  for (const auto& s : second) {
+    const int step = s["step"];
+    EXPECT_EQ(s["weights_digest"], reference[step - 1]["weights_digest"]) << "step " << step;
+  }
+
+  // pseval evaluates every checkpoint of the reference run; the last one is the final model.
+  auto ev = sh(PSEVAL_PATH " --train-dir " + ref.string());
+  ASSERT_EQ(ev.rc, 0) << ev.out;
+  std::vector<json> lines;
+  std::istringstream in(ev.out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(json::parse(line));
+  const auto written = psrt::pstrain::list_checkpoints(ref.string());
+  ASSERT_EQ(lines.size(), written.size()) << ev.out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"], written[i].step);
+    EXPECT_EQ(lines[i]["digest"], reference[written[i].step - 1]["weights_digest"]);
+  }
+  EXPECT_EQ(lines.back()["step"], 300);
+  EXPECT_DOUBLE_EQ(lines.back()["test_accuracy"].get<double>(),
+                   summary_of(full)["test_accuracy"].get<double>());
+}
+
+TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
+  auto missing = sh(PSTRAIN_PATH " --no-ps --dataset fashion-mnist --data-dir /nonexistent/fm");
+  EXPECT_EQ(missing.rc, 2) << missing.out;
+  EXPECT_TRUE(missing.has("/nonexistent/fm")) << missing.out;
+  EXPECT_TRUE(missing.has("dataset-fashion-mnist")) << missing.out;
+
+  auto model = sh(PSTRAIN_PATH " --no-ps --dataset synthetic --model vgg16");
+  EXPECT_EQ(model.rc, 2) << model.out;
+  EXPECT_TRUE(model.has("vgg16") && model.has("resnet18") && model.has("lenet")) << model.out;
+
+  auto resume = sh(PSTRAIN_PATH " --no-ps --dataset synthetic --resume");
+  EXPECT_EQ(resume.rc, 2) << resume.out;
+  EXPECT_TRUE(resume.has("--resume needs --train-dir")) << resume.out;
+
+  auto dtype = sh(PSTRAIN_PATH " --dataset synthetic --grad-dtype fp8");
+  EXPECT_EQ(dtype.rc, 2) << dtype.out;
+  EXPECT_TRUE(dtype.has("--grad-dtype 'fp8'")) << dtype.out;
+
+  auto outside = sh(PSTRAIN_PATH " --dataset synthetic --max-steps 1");
+  EXPECT_NE(outside.rc, 0) << outside.out;
+  EXPECT_TRUE(outside.has("PSRT_")) << "run outside psrun must name the missing variable: "
+                                     << outside.out;
+
+  auto eval = sh(PSEVAL_PATH " --train-dir /nonexistent/run");
+  EXPECT_EQ(eval.rc, 2) << eval.out;
+  EXPECT_TRUE(eval.has("/nonexistent/run")) << eval.out;
+}
+
+}  // namespace

@@ -1,0 +1,143 @@
+#include "pstrain/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "psrt/error.h"
+
+namespace psrt::pstrain {
+namespace fs = std::filesystem;
+namespace {
+
+std::string stem_of(std::int64_t step) { return fmt::format("ckpt-{:08d}", step); }
+
+void write_atomically(const fs::path& path, const std::function<void(const std::string&)>& write) {
+  const fs::path tmp = path.string() + ".tmp";
+  try {
+    write(tmp.string());
+    fs::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw Error(ErrorCode::kSystem, fmt::format("cannot write checkpoint {}: {}", path.string(),
+                                                e.what()));
+  }
+}
+
+}  // namespace
+
+std::string weights_digest(const ::torch::nn::Module& model) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& p : model.parameters()) {
+    auto t = p.detach().contiguous();
+    const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+    const auto n = static_cast<std::size_t>(t.numel()) * t.element_size();
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 0x100000001b3ull;
+    }
+  }
+  return fmt::format("{:016x}", h);
+}
+
+void save_checkpoint(const std::string& dir, ::torch::nn::Module& model,
+                     ::torch::optim::Optimizer* local, CheckpointInfo info) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw Error(ErrorCode::kSystem,
+                fmt::format("cannot create --train-dir {}: {}", dir, ec.message()));
+  const fs::path base = fs::path(dir) / stem_of(info.step);
+  write_atomically(base.string() + ".pt", [&](const std::string& tmp) {
+    ::torch::serialize::OutputArchive archive;
+    model.save(archive);
+    archive.save_to(tmp);
+  });
+  if (local)
+    write_atomically(base.string() + ".opt.pt", [&](const std::string& tmp) {
+      ::torch::serialize::OutputArchive archive;
+      local->save(archive);
+      archive.save_to(tmp);
+    });
+  nlohmann::json j{{"step", info.step},
+                   {"epoch", info.epoch},
+                   {"model", info.model},
+                   {"dataset", info.dataset},
+                   {"data_dir", info.data_dir},
+                   {"spec", {info.spec.channels, info.spec.height, info.spec.width, info.spec.classes}},
+                   {"workers", info.workers},
+                   {"seed", info.seed},
+                   {"digest", weights_digest(model)}};
+  write_atomically(base.string() + ".json", [&](const std::string& tmp) {
+    std::ofstream out(tmp);
+    out << j.dump() << "\n";
+    out.close();
+    if (!out) throw std::runtime_error("write failed");
+  });
+}
+
+std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointInfo> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  static const std::regex name(R"(ckpt-(\d+)\.json)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (!std::regex_match(file, name)) continue;
+    std::ifstream in(entry.path());
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("step") || !j.contains("spec") || j["spec"].size() != 4)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("checkpoint description {} is not valid JSON from pstrain; remove "
+                              "it or the directory",
+                              entry.path().string()));
+    CheckpointInfo c;
+    c.step = j["step"];
+    c.epoch = j.value("epoch", 0);
+    c.model = j.value("model", "");
+    c.dataset = j.value("dataset", "");
+    c.data_dir = j.value("data_dir", "");
+    c.spec = {j["spec"][0], j["spec"][1], j["spec"][2], j["spec"][3]};
+    c.workers = j.value("workers", 1);
+    c.seed = j.value("seed", std::uint64_t{1});
+    c.digest = j.value("digest", "");
+    c.weights = (fs::path(dir) / (stem_of(c.step) + ".pt")).string();
+    found.push_back(std::move(c));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.step < b.step; });
+  return found;
+}
+
+std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+void load_checkpoint(const CheckpointInfo& info, ::torch::nn::Module& model,
+                     ::torch::optim::Optimizer* local) {
+  try {
+    ::torch::serialize::InputArchive archive;
+    archive.load_from(info.weights);
+    model.load(archive);
+    const std::string opt_path =
+        info.weights.substr(0, info.weights.size() - 3) + ".opt.pt";
+    if (local && fs::exists(opt_path)) {
+      ::torch::serialize::InputArchive opt_archive;
+      opt_archive.load_from(opt_path);
+      local->load(opt_archive);
+    }
+  } catch (const c10::Error& e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot load checkpoint {} into model '{}': {}", info.weights,
+                            info.model, e.what_without_backtrace()));
+  }
+}
+
+}  // namespace psrt::pstrain

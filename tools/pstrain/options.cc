@@ -1,0 +1,83 @@
+#include "pstrain/options.h"
+
+#include <fmt/format.h>
+
+#include "psrt/error.h"
+
+namespace psrt::pstrain {
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--model", o.model,
+                 "lenet | resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet56 | "
+                 "resnet110")
+      ->capture_default_str();
+  app.add_option("--dataset", o.dataset, "fashion-mnist | mnist | cifar10 | synthetic")
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "where the data set's files are (default: fashion-mnist "
+                 "/usr/share/datasets/fashion-mnist, mnist /usr/share/datasets/mnist, cifar10 "
+                 "./data/cifar-10-batches-bin)");
+  app.add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "stop after this many steps (0 = no limit)")
+      ->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "samples per step per worker")
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--dampening", o.dampening, "SGD dampening")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+  app.add_option("--lr-schedule", o.lr_schedule,
+                 "none | step (x0.1 at 50% and 75% of the steps) | cosine (to 0 at the end)")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every,
+                 "evaluate on the test set every N steps (0 = at the end of every epoch)")
+      ->capture_default_str();
+  app.add_option("--train-dir", o.train_dir, "directory for checkpoints (none when empty)");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "checkpoint every N steps (0 = at the end of every epoch)")
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --train-dir");
+  app.add_option("--threads", o.threads,
+                 "intra-op threads per worker (0 = cores / workers on this host)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed for the model, the shuffles and augmentation")
+      ->capture_default_str();
+  app.add_flag("--no-ps", o.no_ps,
+               "train in this process with torch::optim::SGD (the single-machine baseline)");
+  app.add_option("--metrics", o.metrics,
+                 "write per-step metrics as JSON lines to FILE (rank 0; '{rank}' in FILE makes "
+                 "every worker write its own)");
+  app.add_option("--grad-dtype", o.grad_dtype, "fp32 | fp16 | bf16 gradients on the wire")
+      ->capture_default_str();
+  app.add_flag("--digest", o.digest,
+               "add a digest of the weights to every metrics line (waits for each step's pulls)");
+  app.add_option("--log-every", o.log_every, "steps between log lines (when not on a terminal)")
+      ->capture_default_str();
+  app.add_option("--synthetic-size", o.synthetic_size, "training samples of --dataset synthetic")
+      ->capture_default_str();
+}
+
+void validate(const TrainOptions& o) {
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); };
+  if (o.epochs < 1) bad(fmt::format("--epochs {}: must be at least 1", o.epochs));
+  if (o.max_steps < 0) bad(fmt::format("--max-steps {}: must be >= 0", o.max_steps));
+  if (o.batch_size < 1) bad(fmt::format("--batch-size {}: must be at least 1", o.batch_size));
+  if (!(o.lr > 0.f)) bad(fmt::format("--lr {}: must be > 0", o.lr));
+  if (o.momentum < 0.f || o.weight_decay < 0.f || o.dampening < 0.f)
+    bad("--momentum, --dampening and --weight-decay must be >= 0");
+  if (o.nesterov && (o.momentum <= 0.f || o.dampening != 0.f))
+    bad("--nesterov needs --momentum > 0 and --dampening 0");
+  if (o.lr_schedule != "none" && o.lr_schedule != "step" && o.lr_schedule != "cosine")
+    bad(fmt::format("--lr-schedule '{}': use none, step or cosine", o.lr_schedule));
+  if (o.eval_every < 0 || o.checkpoint_every < 0 || o.log_every < 1)
+    bad("--eval-every and --checkpoint-every must be >= 0, --log-every >= 1");
+  if (o.resume && o.train_dir.empty()) bad("--resume needs --train-dir");
+  if (o.threads < 0) bad(fmt::format("--threads {}: must be >= 0", o.threads));
+  if (o.grad_dtype != "fp32" && o.grad_dtype != "fp16" && o.grad_dtype != "bf16")
+    bad(fmt::format("--grad-dtype '{}': use fp32, fp16 or bf16", o.grad_dtype));
+  if (o.no_ps && o.grad_dtype != "fp32") bad("--grad-dtype applies to PS training, not --no-ps");
+  if (o.synthetic_size < 1) bad("--synthetic-size must be at least 1");
+}
+
+}  // namespace psrt::pstrain

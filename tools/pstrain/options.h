@@ -1,0 +1,42 @@
+// pstrain's command line: what to train, on what, for how long, and where results go.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace psrt::pstrain {
+
+struct TrainOptions {
+  std::string model = "lenet";
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;           // empty = the data set's default location
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;     // 0 = epochs decide
+  std::int64_t batch_size = 64;   // per worker
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float dampening = 0.f;
+  float weight_decay = 0.f;
+  bool nesterov = false;
+  std::string lr_schedule = "none";  // none | step | cosine
+  std::int64_t eval_every = 0;       // steps; 0 = at the end of every epoch
+  std::string train_dir;             // checkpoints; empty = none
+  std::int64_t checkpoint_every = 0; // steps; 0 = at the end of every epoch
+  bool resume = false;
+  int threads = 0;                   // 0 = cores / local workers
+  std::uint64_t seed = 1;
+  bool no_ps = false;
+  std::string metrics;               // JSON lines; "{rank}" in the path is replaced
+  std::string grad_dtype = "fp32";   // fp32 | fp16 | bf16
+  bool digest = false;               // weights digest in every metrics line
+  std::int64_t log_every = 50;       // steps between log lines when not on a terminal
+  std::int64_t synthetic_size = 4096;
+};
+
+// Declares every flag on `app`, with its default and documentation.
+void add_train_options(CLI::App& app, TrainOptions& o);
+// Checks values CLI11 cannot (ranges, combinations); throws psrt::Error naming the flag.
+void validate(const TrainOptions& o);
+
+}  // namespace psrt::pstrain

@@ -1,0 +1,253 @@
+#include "pstrain/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "base/log.h"
+#include "psrt/psrt.h"
+#include "psrt/torch.h"
+#include "pstrain/checkpoint.h"
+#include "pstrain/data/batch.h"
+#include "pstrain/data/dataset.h"
+#include "pstrain/data/shard.h"
+#include "pstrain/evaluate.h"
+#include "pstrain/lr_schedule.h"
+#include "pstrain/report.h"
+
+namespace psrt::pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// cores / workers on this host (psrun starts every worker on one host).
+int auto_threads() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int workers = 1;
+  if (const char* n = std::getenv("PSRT_NUM_WORKERS")) workers = std::max(1, std::atoi(n));
+  return std::max(1, cores / workers);
+}
+
+// The augmentation seed of one step: the same on every run, different for every step.
+std::uint64_t step_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(epoch * 1000003 + index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+GradType grad_type_of(const std::string& s) {
+  if (s == "fp16") return GradType::kF16;
+  if (s == "bf16") return GradType::kBF16;
+  return GradType::kF32;
+}
+
+std::string metrics_path(const std::string& path, int rank) {
+  const auto at = path.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? path : "";
+  std::string p = path;
+  p.replace(at, 6, std::to_string(rank));
+  return p;
+}
+
+}  // namespace
+
+void train(const TrainOptions& o) {
+  validate(o);
+  const auto wall_start = Clock::now();
+  at::set_num_threads(o.threads > 0 ? o.threads : auto_threads());
+
+  SyntheticSpec synthetic;
+  synthetic.train_size = o.synthetic_size;
+  synthetic.seed = o.seed;
+  const DataSplit data = load_dataset(o.dataset, o.data_dir, synthetic);
+  const ModelSpec spec{data.train.images.size(1), data.train.images.size(2),
+                       data.train.images.size(3), data.train.num_classes};
+  ::torch::manual_seed(o.seed);
+  auto model = make_model(o.model, spec);
+
+  std::optional<Worker> worker;
+  int rank = 0, world = 1;
+  if (!o.no_ps) {
+    worker.emplace(Worker::from_env());
+    rank = worker->rank();
+    world = worker->num_workers();
+  }
+
+  std::unique_ptr<::torch::optim::SGD> local;
+  if (o.no_ps)
+    local = std::make_unique<::torch::optim::SGD>(
+        model->parameters(), ::torch::optim::SGDOptions(o.lr)
+                                 .momentum(o.momentum)
+                                 .dampening(o.dampening)
+                                 .weight_decay(o.weight_decay)
+                                 .nesterov(o.nesterov));
+
+  std::int64_t step = 0;
+  if (o.resume) {
+    if (auto ck = latest_checkpoint(o.train_dir)) {
+      if (ck->model != o.model || ck->dataset != o.dataset)
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("--resume: the latest checkpoint in {} trains {} on {}, not {} "
+                                "on {}; pass the same --model and --dataset or another "
+                                "--train-dir",
+                                o.train_dir, ck->model, ck->dataset, o.model, o.dataset));
+      load_checkpoint(*ck, *model, local.get());
+      step = ck->step;
+      PSRT_LOG_INFO("resumed from {} at step {} (epoch {}), weights {}", ck->weights, ck->step,
+                    ck->epoch, weights_digest(*model));
+    } else {
+      PSRT_LOG_INFO("--resume: no checkpoint in {} yet; starting from step 0", o.train_dir);
+    }
+  }
+
+  std::unique_ptr<psrt::torch::DistributedOptimizer> dist;
+  if (worker) {
+    psrt::torch::Options opt;
+    opt.set_sgd = true;
+    opt.sgd = {o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
+    opt.grad_type = grad_type_of(o.grad_dtype);
+    dist = std::make_unique<psrt::torch::DistributedOptimizer>(*worker, *model, opt);
+  }
+  auto synchronize = [&] {
+    if (dist) dist->synchronize();
+  };
+
+  const std::int64_t n = data.train.images.size(0);
+  if (n < world)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} training samples cannot be shared by {} workers", n, world));
+  const std::int64_t per_epoch = steps_per_epoch(n, world, o.batch_size);
+  std::int64_t total = o.epochs * per_epoch;
+  if (o.max_steps > 0) total = std::min(total, o.max_steps);
+  const std::int64_t checkpoint_every = o.checkpoint_every ? o.checkpoint_every : per_epoch;
+  const std::int64_t eval_every = o.eval_every ? o.eval_every : per_epoch;
+  const std::int64_t batch = std::min(o.batch_size, n / world);
+
+  MetricsFile metrics(metrics_path(o.metrics, rank));
+  Progress progress(o.log_every, rank == 0);
+  if (rank == 0)
+    PSRT_LOG_INFO("training {} on {} ({} samples) with {} worker(s), batch {} per worker, {} "
+                  "steps per epoch, {} steps, {} threads",
+                  o.model, o.dataset, n, world, batch, per_epoch, total, at::get_num_threads());
+
+  double train_seconds = 0;
+  std::int64_t steps_done = 0;
+  std::optional<EvalResult> last_eval;
+  std::int64_t last_eval_step = -1;
+  auto run_eval = [&] {
+    synchronize();
+    last_eval = evaluate(*model, data.test);
+    last_eval_step = step;
+    metrics.write({{"step", step},
+                   {"epoch", step / per_epoch},
+                   {"time_s", seconds_since(wall_start)},
+                   {"test_loss", last_eval->loss},
+                   {"test_accuracy", last_eval->accuracy}});
+    progress.note(fmt::format("step {} test_accuracy {:.4f} test_loss {:.4f}", step,
+                              last_eval->accuracy, last_eval->loss));
+  };
+
+  ::torch::Tensor shard;
+  std::int64_t shard_epoch = -1;
+  while (step < total) {
+    const std::int64_t epoch = step / per_epoch;
+    const std::int64_t index = step % per_epoch;
+    if (epoch != shard_epoch) {
+      shard = epoch_shard(n, rank, world, o.seed, epoch);
+      shard_epoch = epoch;
+    }
+    const Batch b = make_batch(data.train, shard, index * batch, batch,
+                               step_seed(o.seed, epoch, index));
+    const float lr = lr_at(o.lr_schedule, o.lr, step, total);
+    if (local) {
+      for (auto& group : local->param_groups())
+        static_cast<::torch::optim::SGDOptions&>(group.options()).lr(lr);
+    } else if (o.lr_schedule != "none") {
+      dist->set_learning_rate(lr);
+    }
+
+    const auto t0 = Clock::now();
+    model->train();
+    if (local) local->zero_grad(); else dist->zero_grad();
+    auto logits = model->forward(b.images);
+    auto loss = ::torch::nn::functional::cross_entropy(logits, b.labels);
+    loss.backward();
+    if (local) local->step(); else dist->step();
+    const double loss_value = loss.item<double>();
+    const double acc = logits.argmax(1).eq(b.labels).to(::torch::kFloat).mean().item<double>();
+    const double dt = seconds_since(t0);
+    train_seconds += dt;
+    ++steps_done;
+    ++step;
+
+    nlohmann::json line{{"step", step},
+                        {"epoch", epoch},
+                        {"time_s", seconds_since(wall_start)},
+                        {"loss", loss_value},
+                        {"train_acc", acc},
+                        {"samples_per_sec", static_cast<double>(batch) / dt},
+                        {"lr", lr}};
+    if (o.digest) {
+      synchronize();
+      line["weights_digest"] = weights_digest(*model);
+    }
+    metrics.write(line);
+    progress.step({step, total, epoch, loss_value, acc,
+                   static_cast<double>(batch * steps_done) / train_seconds, lr});
+
+    const bool epoch_end = step % per_epoch == 0;
+    if (rank == 0 && !o.train_dir.empty() &&
+        (step % checkpoint_every == 0 || epoch_end || step == total)) {
+      synchronize();
+      CheckpointInfo info;
+      info.step = step;
+      info.epoch = step / per_epoch;
+      info.model = o.model;
+      info.dataset = o.dataset;
+      info.data_dir = o.data_dir;
+      info.spec = spec;
+      info.workers = world;
+      info.seed = o.seed;
+      save_checkpoint(o.train_dir, *model, local.get(), info);
+      progress.note(fmt::format("checkpoint at step {} in {} (weights {})", step, o.train_dir,
+                                weights_digest(*model)));
+    }
+    if (rank == 0 && (step % eval_every == 0 || epoch_end)) run_eval();
+  }
+  synchronize();
+  progress.finish();
+
+  if (rank == 0) {
+    if (last_eval_step != step) run_eval();
+    if (!o.train_dir.empty()) std::ofstream(std::filesystem::path(o.train_dir) / "DONE") << step << "\n";
+    const double per_worker = train_seconds > 0 ? static_cast<double>(batch * steps_done) / train_seconds : 0;
+    nlohmann::json summary{{"model", o.model},
+                           {"dataset", o.dataset},
+                           {"workers", world},
+                           {"epochs", o.epochs},
+                           {"steps", step},
+                           {"test_accuracy", last_eval->accuracy},
+                           {"test_loss", last_eval->loss},
+                           {"samples_per_sec", per_worker * world},
+                           {"samples_per_sec_per_worker", per_worker},
+                           {"wall_s", seconds_since(wall_start)},
+                           {"ps", !o.no_ps}};
+    std::printf("%s\n", summary.dump().c_str());
+    std::fflush(stdout);
+  }
+  dist.reset();
+  if (worker) worker->shutdown();
+}
+
+}  // namespace psrt::pstrain
