@@ -15,7 +15,15 @@ if(PSRT_HAVE_UCX)
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
-install(DIRECTORY include/psrt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(PSRT_HAVE_TORCH)
+  # psrt::torch: the LibTorch integration (include/psrt/torch.h); pstrain and pseval.
+  install(TARGETS psrt_torch EXPORT psrtTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS pstrain pseval RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(FILES include/psrt/torch.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/psrt)
+endif()
+install(DIRECTORY include/psrt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN torch.h EXCLUDE)
 install(FILES ${CMAKE_BINARY_DIR}/generated/psrt/config.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/psrt)
 # Internal layer headers that the public ones reach (transport/ for the transport API).

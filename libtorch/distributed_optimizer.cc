@@ -142,8 +142,8 @@ void DistributedOptimizer::Impl::on_grad(int index, const at::Tensor& grad) {
                               s.name));
     s.reached = true;
     enqueue_locked(index, std::move(t));
+    dispatch_locked();
   }
-  cv_.notify_all();
 }
 
 void DistributedOptimizer::Impl::enqueue_locked(int index, at::Tensor grad) {
@@ -154,25 +154,31 @@ void DistributedOptimizer::Impl::enqueue_locked(int index, at::Tensor grad) {
   pending_.insert(index);
 }
 
+void DistributedOptimizer::Impl::dispatch_locked() {
+  reclaim_locked();
+  const std::size_t credit = options_.push_credit_bytes;
+  bool issued = false;
+  while (!pending_.empty() && (credit == 0 || in_flight_.empty() || in_flight_bytes_ < credit)) {
+    const int index = *pending_.begin();
+    pending_.erase(pending_.begin());
+    issue_locked(index);
+    issued = true;
+  }
+  // wait() may be blocked on a slot just issued; the pump takes over what credit holds back.
+  if (issued || !pending_.empty()) cv_.notify_all();
+}
+
 void DistributedOptimizer::Impl::pump() {
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
     if (stop_) return;
-    reclaim_locked();
-    const std::size_t credit = options_.push_credit_bytes;
-    while (!pending_.empty() &&
-           (credit == 0 || in_flight_.empty() || in_flight_bytes_ < credit)) {
-      const int index = *pending_.begin();
-      pending_.erase(pending_.begin());
-      issue_locked(index);
-    }
-    cv_.notify_all();  // wait() may be blocked on a slot that was just issued
-    if (!pending_.empty()) {
-      // Out of credit: wait for the oldest push to leave, then go round again.
+    dispatch_locked();
+    if (!pending_.empty() && !in_flight_.empty()) {
+      // Out of credit: wait until the oldest push's bytes have left, then go round again.
       Handle oldest = in_flight_.front().push;
       lock.unlock();
-      oldest.wait_for(std::chrono::milliseconds(20));
+      oldest.wait_sent_for(std::chrono::milliseconds(20));
       lock.lock();
     }
   }
@@ -187,12 +193,14 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
       worker_.set_learning_rate(s.lr);
       worker_lr_ = s.lr;
     }
-    if (options_.grad_type == GradType::kF32)
-      s.push = worker_.push(s.key, floats_of(s.grad));
-    else
+    if (options_.grad_type == GradType::kF32) {
+      // One message per slice each way; the reply lands in the parameter itself.
+      s.push = s.pull = worker_.push_pull(s.key, floats_of(s.grad), floats_of(s.param));
+    } else {
       s.push = worker_.push(s.key, static_cast<const std::uint16_t*>(s.grad.data_ptr()), n,
                             options_.grad_type);
-    s.pull = worker_.pull(s.key, floats_of(s.param));
+      s.pull = worker_.pull(s.key, floats_of(s.param));
+    }
   } catch (...) {
     if (!error_) error_ = std::current_exception();
     s.push = s.pull = Handle();
@@ -203,15 +211,12 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
 }
 
 void DistributedOptimizer::Impl::reclaim_locked() {
+  // Credit counts bytes not yet sent: it never waits for other workers, so it cannot deadlock
+  // a sync round. Failures surface through the pulls.
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-    if (!it->push.ready()) {
+    if (!it->push.sent()) {
       ++it;
       continue;
-    }
-    try {
-      it->push.wait();
-    } catch (...) {
-      if (!error_) error_ = std::current_exception();
     }
     in_flight_bytes_ -= it->bytes;
     it = in_flight_.erase(it);
@@ -268,8 +273,8 @@ void DistributedOptimizer::Impl::step() {
       gated = gated && s.gated;
       s.gated = false;
     }
+    dispatch_locked();
   }
-  cv_.notify_all();
   ++steps_;
   if (!gated) synchronize();
 }

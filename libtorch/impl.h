@@ -1,4 +1,5 @@
-// DistributedOptimizer's state: one slot per parameter, the push queue and its pump thread.
+// DistributedOptimizer's state: one slot per parameter, the push queue, and the pump thread that
+// issues what push credit held back.
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -52,6 +53,7 @@ class DistributedOptimizer::Impl {
 
   void on_grad(int index, const at::Tensor& grad);
   void enqueue_locked(int index, at::Tensor grad);
+  void dispatch_locked();  // issues queued gradients in forward order while credit lasts
   void pump();
   void issue_locked(int index);
   void reclaim_locked();
@@ -74,7 +76,7 @@ class DistributedOptimizer::Impl {
   std::size_t in_flight_bytes_ = 0;
   std::exception_ptr error_;
   float lr_ = 0.f;         // stamped on gradients as they arrive
-  float worker_lr_ = 0.f;  // what the worker stamps on its pushes now (only the pump sets it)
+  float worker_lr_ = 0.f;  // what the worker stamps on its pushes now (set under mu_)
   bool stop_ = false;
   std::thread pump_thread_;
 };

@@ -19,7 +19,28 @@ void HandleState::complete_part(const Status& s) {
   cv.notify_all();
 }
 
+void HandleState::sent_part() {
+  {
+    std::lock_guard lock(mu);
+    --unsent;
+  }
+  cv.notify_all();
+}
+
 }  // namespace detail
+
+bool Handle::sent() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->unsent <= 0 || state_->remaining <= 0;
+}
+
+bool Handle::wait_sent_for(std::chrono::milliseconds timeout) const {
+  if (!state_) return true;
+  std::unique_lock lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout,
+                             [&] { return state_->unsent <= 0 || state_->remaining <= 0; });
+}
 
 void Handle::wait() const {
   if (!state_) return;
@@ -55,6 +76,7 @@ Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
   endpoint_->set_handler(this);
   transport::Options topts;
   topts.connect_timeout = options_.connect_timeout;
+  topts.spin = options_.spin;
   transport_ = transport::create_transport(options_.transport, endpoint_, topts);
   try {
     const auto wanted = options_.rank < 0 ? ps::kAnyRank : static_cast<std::uint32_t>(options_.rank);
@@ -200,7 +222,8 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
                                       std::span<const std::byte>) { st->complete_part(status); },
                                  dest);
     const auto id = h.request_id;
-    auto on_sent = [this, id](const Status& status) {
+    auto on_sent = [this, id, st](const Status& status) {
+      st->sent_part();
       if (!status.ok()) requests_.fail(id, status);
     };
     if (type == MsgType::kPull) {

@@ -22,12 +22,14 @@ namespace detail {
 // Completion of one operation made of `parts` requests; the first error wins.
 struct HandleState {
   HandleState(int parts, std::chrono::milliseconds timeout, std::string what)
-      : remaining(parts), timeout(timeout), what(std::move(what)) {}
+      : remaining(parts), unsent(parts), timeout(timeout), what(std::move(what)) {}
   void complete_part(const Status& s);
+  void sent_part();  // one request's payload left the caller's buffer (or failed to)
 
   std::mutex mu;
   std::condition_variable cv;
   int remaining;
+  int unsent;
   Status status;
   const std::chrono::milliseconds timeout;
   const std::string what;

@@ -36,6 +36,9 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
       {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},
+      {"PSRT_SPIN_US", "100", "server, worker",
+       "progress threads busy-poll this long after an event before sleeping (0 = never; psrun "
+       "sets 0 when its workers + servers are at least the host's cores)"},
       {"PSRT_PEER_TIMEOUT_MS", "10000", "scheduler", "a peer silent this long is lost"},
       {"PSRT_LOG_LEVEL", "info", "all", "debug | info | warn | error"},
       {"PSRT_CPU_ISA", "", "server", "cap the update's ISA: scalar | avx2 | avx512"},

@@ -81,6 +81,7 @@ int run_server_from_env() {
   transport::Options topts;
   topts.max_payload_bytes = partition + ps::kMaxControlBytes;
   topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
+  topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
   const auto address = transport->listen(env_string("PSRT_HOST") + ":0");
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,

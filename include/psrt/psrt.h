@@ -76,6 +76,11 @@ class Handle {
   bool wait_for(std::chrono::milliseconds timeout) const;
   // True once complete, without blocking.
   bool ready() const;
+  // True once every byte this operation sends has left the caller's buffer: a push_pull's
+  // gradient may then be reused although its round (and `out`) may still be pending.
+  bool sent() const;
+  // Waits up to `timeout` for sent().
+  bool wait_sent_for(std::chrono::milliseconds timeout) const;
 
  private:
   std::shared_ptr<detail::HandleState> state_;
@@ -91,6 +96,7 @@ struct WorkerOptions {
   std::chrono::milliseconds op_timeout{300'000};      // PSRT_OP_TIMEOUT_MS
   std::chrono::milliseconds connect_timeout{30'000};  // PSRT_CONNECT_TIMEOUT_MS
   std::chrono::milliseconds heartbeat{1'000};         // PSRT_HEARTBEAT_MS
+  std::chrono::microseconds spin{100};                // PSRT_SPIN_US
 };
 
 class Worker {

@@ -17,10 +17,11 @@
 //   opt.synchronize();                                    // the model holds the final weights
 //
 // How the work overlaps:
-// - Every parameter is a key (FNV-1a of its name). A gradient hook pushes each gradient as soon
-//   as autograd produces it, while backward goes on with earlier layers. Pushes in flight are
-//   bounded by Options::push_credit_bytes; beyond that they queue in forward order (the first
-//   layers' first), so the weights that the next forward needs first come back first.
+// - Every parameter is a key (FNV-1a of its name). A gradient hook sends each gradient as soon
+//   as autograd produces it (one PUSH_PULL per slice), while backward goes on with earlier
+//   layers. Bytes sent but not yet on the wire are bounded by Options::push_credit_bytes; beyond
+//   that gradients queue in forward order (the first layers' first), so the weights that the
+//   next forward needs first come back first.
 // - The pulled weights land in the parameters' own storage, without a copy. The next forward
 //   waits for a parameter only where the model calls pre_forward(*this) (typically at the top of
 //   each block's forward); LibTorch's C++ modules have no forward pre-hooks, so this is the one
@@ -36,7 +37,7 @@
 //   never blocks. Errors (lost server, refused request, timeout) throw psrt::Error from step(),
 //   synchronize() or the pre_forward() that waits.
 // - Threads: one training thread calls zero_grad/step/synchronize and runs forward/backward; the
-//   optimizer runs one helper thread that issues queued pushes.
+//   optimizer runs one helper thread that issues the pushes credit held back.
 // - Lifetime: the model and the worker must outlive the optimizer. The destructor waits for
 //   outstanding operations and removes the hooks.
 // - Do not modify parameters in place while a step's pulls are outstanding (after backward and
@@ -58,7 +59,8 @@ struct Options {
   // false to keep what psrun's --lr/--momentum/... configured.
   bool set_sgd = false;
   OptimizerConfig sgd{};
-  // Gradient bytes in flight; later gradients queue in forward order. 0 = no bound.
+  // Gradient bytes handed to the transport and not yet sent; later gradients queue in forward
+  // order. 0 = no bound.
   std::size_t push_credit_bytes = std::size_t{4} << 20;
   // fp16/bf16 halve the bytes pushed (servers accumulate in fp32).
   GradType grad_type = GradType::kF32;

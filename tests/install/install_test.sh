@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree into a scratch prefix, builds tests/install/consumer (the README's
-# worker example) against it with find_package(psrt), and runs it under the installed psrun.
+# worker example) against it with find_package(psrt), and runs it under the installed psrun; with
+# LibTorch in the build, the same for tests/install/torch_consumer (the README's LibTorch example).
 set -euo pipefail
 build=$1 src=$2
 prefix=$build/install-test
@@ -11,3 +12,13 @@ cmake --build "$build/consumer-build" -j2 >/dev/null
 out=$("$prefix/bin/psrun" --transport tcp -n 2 -- "$build/consumer-build/consumer" 2>&1)
 echo "$out"
 [ "$(grep -c 'max |w - target| = ' <<<"$out")" = 2 ]
+
+if [ -x "$prefix/bin/pstrain" ]; then
+  rm -rf "$build/torch-consumer-build"
+  cmake -S "$src/tests/install/torch_consumer" -B "$build/torch-consumer-build" \
+    -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  cmake --build "$build/torch-consumer-build" -j2 >/dev/null
+  out=$("$prefix/bin/psrun" --transport tcp -n 2 -- "$build/torch-consumer-build/torch_consumer" 2>&1)
+  echo "$out"
+  [ "$(grep -c 'loss .* -> ' <<<"$out")" = 2 ]
+fi

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <iostream>
 
 #include <fmt/core.h>
@@ -92,6 +93,15 @@ int run(const Args& a) {
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
   };
+  // Busy-polling progress threads steal the cores that training computes on when this host
+  // runs as many processes as it has cores: let them sleep between events then.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (!std::getenv("PSRT_SPIN_US") && static_cast<unsigned>(a.workers + a.servers) >= cores) {
+    common.emplace_back("PSRT_SPIN_US", "0");
+    PSRT_LOG_INFO("{} workers + {} servers on {} cores: progress threads sleep between events "
+                  "(PSRT_SPIN_US=0; set it to override)",
+                  a.workers, a.servers, cores);
+  }
   runtime::JobSpec job;
   const std::string exe = self_exe();
   for (int i = 0; i < a.servers; ++i) {

@@ -39,7 +39,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --train-dir");
   app.add_option("--threads", o.threads,
-                 "intra-op threads per worker (0 = cores / workers on this host)")
+                 "intra-op threads per worker (0 = cores / (workers + servers) of the job on this "
+                 "host; --no-ps: all cores)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for the model, the shuffles and augmentation")
       ->capture_default_str();

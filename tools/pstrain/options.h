@@ -13,18 +13,19 @@ struct TrainOptions {
   std::string data_dir;           // empty = the data set's default location
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;     // 0 = epochs decide
-  std::int64_t batch_size = 64;   // per worker
-  float lr = 0.05f;
+  // Defaults: LeNet on Fashion-MNIST, >= 0.89 test accuracy in 5 epochs with 4 workers.
+  std::int64_t batch_size = 16;   // per worker
+  float lr = 0.04f;
   float momentum = 0.9f;
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
-  std::string lr_schedule = "none";  // none | step | cosine
+  std::string lr_schedule = "cosine";  // none | step | cosine
   std::int64_t eval_every = 0;       // steps; 0 = at the end of every epoch
   std::string train_dir;             // checkpoints; empty = none
   std::int64_t checkpoint_every = 0; // steps; 0 = at the end of every epoch
   bool resume = false;
-  int threads = 0;                   // 0 = cores / local workers
+  int threads = 0;                   // 0 = cores / (workers + servers), --no-ps: cores
   std::uint64_t seed = 1;
   bool no_ps = false;
   std::string metrics;               // JSON lines; "{rank}" in the path is replaced

@@ -30,12 +30,15 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// cores / workers on this host (psrun starts every worker on one host).
-int auto_threads() {
+// Cores shared by the processes of the job on this host: psrun's local launcher starts every
+// worker and server here, and a server needs a core too. --no-ps takes every core.
+int auto_threads(bool no_ps) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int workers = 1;
-  if (const char* n = std::getenv("PSRT_NUM_WORKERS")) workers = std::max(1, std::atoi(n));
-  return std::max(1, cores / workers);
+  if (no_ps) return cores;
+  int processes = 0;
+  for (const char* v : {"PSRT_NUM_WORKERS", "PSRT_NUM_SERVERS"})
+    if (const char* n = std::getenv(v)) processes += std::max(0, std::atoi(n));
+  return std::max(1, cores / std::max(1, processes));
 }
 
 // The augmentation seed of one step: the same on every run, different for every step.
@@ -65,7 +68,7 @@ std::string metrics_path(const std::string& path, int rank) {
 void train(const TrainOptions& o) {
   validate(o);
   const auto wall_start = Clock::now();
-  at::set_num_threads(o.threads > 0 ? o.threads : auto_threads());
+  at::set_num_threads(o.threads > 0 ? o.threads : auto_threads(o.no_ps));
 
   SyntheticSpec synthetic;
   synthetic.train_size = o.synthetic_size;
@@ -111,11 +114,23 @@ void train(const TrainOptions& o) {
     }
   }
 
+  // --lr is the rate of a round that averages N gradients (sync). In async and ssp every
+  // gradient is applied alone, N times as often: each gets lr / N, the same step per sample.
+  float base_lr = o.lr;
+  if (worker) {
+    const char* mode = std::getenv("PSRT_MODE");
+    if (mode && std::string(mode) != "sync" && world > 1) {
+      base_lr = o.lr / static_cast<float>(world);
+      if (rank == 0)
+        PSRT_LOG_INFO("mode {}: each gradient is applied alone, with lr {} / {} workers = {}",
+                      mode, o.lr, world, base_lr);
+    }
+  }
   std::unique_ptr<psrt::torch::DistributedOptimizer> dist;
   if (worker) {
     psrt::torch::Options opt;
     opt.set_sgd = true;
-    opt.sgd = {o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
+    opt.sgd = {base_lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
     opt.grad_type = grad_type_of(o.grad_dtype);
     dist = std::make_unique<psrt::torch::DistributedOptimizer>(*worker, *model, opt);
   }
@@ -169,7 +184,7 @@ void train(const TrainOptions& o) {
     }
     const Batch b = make_batch(data.train, shard, index * batch, batch,
                                step_seed(o.seed, epoch, index));
-    const float lr = lr_at(o.lr_schedule, o.lr, step, total);
+    const float lr = lr_at(o.lr_schedule, base_lr, step, total);
     if (local) {
       for (auto& group : local->param_groups())
         static_cast<::torch::optim::SGDOptions&>(group.options()).lr(lr);
