@@ -72,7 +72,7 @@ const std::string kTrain =
 TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) {
   auto dir = scratch("sync2");
   auto r = sh(PSRUN_PATH " --transport tcp -n 2 --" + kTrain +
-              "--lr 0.05 --max-steps 60 --digest --metrics " + (dir / "m{rank}.jsonl").string());
+              "--lr 0.05 --lr-schedule none --max-steps 60 --digest --metrics " + (dir / "m{rank}.jsonl").string());
   ASSERT_EQ(r.rc, 0) << r.out;
   auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
   ASSERT_EQ(w0.size(), 60u);
@@ -94,6 +94,25 @@ TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) 
   EXPECT_EQ(s["workers"], 2);
   EXPECT_EQ(s["steps"], 60);
   EXPECT_GT(s["test_accuracy"].get<double>(), 0.5);  // 10 classes: chance is 0.1
+}
+
+TEST(TrainJob, OneGradientInFlightAtATimeNeitherDeadlocksNorChangesTheResult) {
+  // A 1-byte credit queues every gradient behind the previous one's send, in forward order, on
+  // both workers at once; bf16 gradients go as PUSH + PULL. Sync rounds still complete and
+  // both workers hold identical weights at every step.
+  for (const char* dtype : {"fp32", "bf16"}) {
+    auto dir = scratch(std::string("credit_") + dtype);
+    auto r = sh(PSRUN_PATH " --transport ucx -n 2 --" + kTrain +
+                "--max-steps 30 --push-credit 1 --digest --grad-dtype " + dtype + " --metrics " +
+                (dir / "m{rank}.jsonl").string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
+    ASSERT_EQ(w0.size(), 30u);
+    ASSERT_EQ(w1.size(), 30u);
+    for (std::size_t i = 0; i < w0.size(); ++i)
+      EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << dtype << " step " << i + 1;
+    EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]) << dtype;
+  }
 }
 
 TEST(TrainJob, OnePsWorkerMatchesTorchSgdStepForStep) {

@@ -116,6 +116,35 @@ TEST_P(TransportConformance, HeaderOnlyMessagesSkipPlacement) {
   EXPECT_EQ(server_rx->messages()[100].header, "");
 }
 
+TEST_P(TransportConformance, MixedSizesArriveInSendOrder) {
+  // Large payloads (UCX: rendezvous, fetched after their header) interleaved with small and
+  // header-only messages: on_message still sees them in the order they were sent. The parameter
+  // server relies on it: a PULL sent after a PUSH must not overtake it.
+  start_pair();
+  const std::size_t sizes[] = {1 << 20, 16, 0, 3 << 20, 0, 100, 2 << 20, 8, 0};
+  std::vector<std::vector<std::byte>> payloads;
+  for (std::size_t i = 0; i < std::size(sizes); ++i) payloads.push_back(pattern(sizes[i], static_cast<int>(i)));
+  SendWaiter w;
+  constexpr int kRounds = 20;
+  for (int r = 0; r < kRounds; ++r)
+    for (std::size_t i = 0; i < std::size(sizes); ++i) {
+      ConstBuffer b{payloads[i].data(), payloads[i].size()};
+      conn->send(bytes_of("m" + std::to_string(r) + "." + std::to_string(i)),
+                 sizes[i] ? std::span<const ConstBuffer>(&b, 1) : std::span<const ConstBuffer>(),
+                 w.callback());
+    }
+  const std::size_t total = kRounds * std::size(sizes);
+  ASSERT_TRUE(server_rx->wait_messages(total));
+  auto msgs = server_rx->messages();
+  for (int r = 0; r < kRounds; ++r)
+    for (std::size_t i = 0; i < std::size(sizes); ++i) {
+      const auto& m = msgs[r * std::size(sizes) + i];
+      ASSERT_EQ(m.header, "m" + std::to_string(r) + "." + std::to_string(i));
+      ASSERT_EQ(m.payload, payloads[i]);
+    }
+  ASSERT_TRUE(w.wait(total));
+}
+
 TEST_P(TransportConformance, ScatterGatherPayloadArrivesContiguous) {
   start_pair();
   auto a = pattern(3, 1), b = pattern(70000, 2), c = pattern(5, 3);

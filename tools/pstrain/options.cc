@@ -51,6 +51,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "every worker write its own)");
   app.add_option("--grad-dtype", o.grad_dtype, "fp32 | fp16 | bf16 gradients on the wire")
       ->capture_default_str();
+  app.add_option("--push-credit", o.push_credit,
+                 "gradient bytes handed to the transport and not yet sent before later gradients "
+                 "queue in forward order (0 = no bound)")
+      ->capture_default_str();
   app.add_flag("--digest", o.digest,
                "add a digest of the weights to every metrics line (waits for each step's pulls)");
   app.add_option("--log-every", o.log_every, "steps between log lines (when not on a terminal)")
@@ -79,6 +83,7 @@ void validate(const TrainOptions& o) {
     bad(fmt::format("--grad-dtype '{}': use fp32, fp16 or bf16", o.grad_dtype));
   if (o.no_ps && o.grad_dtype != "fp32") bad("--grad-dtype applies to PS training, not --no-ps");
   if (o.synthetic_size < 1) bad("--synthetic-size must be at least 1");
+  if (o.push_credit < 0) bad(fmt::format("--push-credit {}: must be >= 0", o.push_credit));
 }
 
 }  // namespace psrt::pstrain

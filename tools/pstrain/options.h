@@ -30,6 +30,7 @@ struct TrainOptions {
   bool no_ps = false;
   std::string metrics;               // JSON lines; "{rank}" in the path is replaced
   std::string grad_dtype = "fp32";   // fp32 | fp16 | bf16
+  std::int64_t push_credit = std::int64_t{4} << 20;  // unsent gradient bytes before queueing
   bool digest = false;               // weights digest in every metrics line
   std::int64_t log_every = 50;       // steps between log lines when not on a terminal
   std::int64_t synthetic_size = 4096;

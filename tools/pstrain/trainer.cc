@@ -132,6 +132,7 @@ void train(const TrainOptions& o) {
     opt.set_sgd = true;
     opt.sgd = {base_lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
     opt.grad_type = grad_type_of(o.grad_dtype);
+    opt.push_credit_bytes = static_cast<std::size_t>(o.push_credit);
     dist = std::make_unique<psrt::torch::DistributedOptimizer>(*worker, *model, opt);
   }
   auto synchronize = [&] {

@@ -25,9 +25,7 @@ struct SendOp {
 // A payload being received by rendezvous into the receiver's placement.
 struct RecvOp {
   std::shared_ptr<UcxConnection> conn;  // null once abandoned; owned by the context from then on
-  std::array<std::byte, kMaxHeaderBytes> header{};
-  std::size_t header_len = 0;
-  Placement placement;
+  std::uint64_t arrival = 0;  // its key in the connection's undelivered_
 };
 
 namespace {
@@ -231,10 +229,7 @@ void UcxConnection::on_send_done(void* request, ucs_status_t status, void* user_
 void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* data,
                                     std::size_t length, bool rendezvous) {
   Receiver& rx = ctx_->receiver();
-  if (length == 0) {
-    rx.on_message(*this, header, Placement{});
-    return;
-  }
+  if (length == 0) return deliver_or_queue_on_loop(header, Placement{});
   Placement placement;
   try {
     placement = rx.place(*this, header, length);
@@ -259,14 +254,10 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
   if (!rendezvous && placement.dest.memory == MemoryType::kHost) {
     // Eager: UCX already holds the bytes in its receive buffer; one copy into place.
     std::memcpy(placement.dest.data, data, length);
-    rx.on_message(*this, header, placement);
-    return;
+    return deliver_or_queue_on_loop(header, placement);
   }
   auto op = std::make_unique<RecvOp>();
   op->conn = shared_from_this();
-  op->header_len = header.size();
-  std::memcpy(op->header.data(), header.data(), header.size());
-  op->placement = placement;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -285,16 +276,37 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
   }
   ucs_status_ptr_t req =
       ucp_am_recv_data_nbx(ctx_->worker(), data, placement.dest.data, length, &param);
-  if (req == nullptr) {
-    rx.on_message(*this, header, placement);
-    return;
-  }
+  if (req == nullptr) return deliver_or_queue_on_loop(header, placement);
   if (UCS_PTR_IS_ERR(req)) {
     Status st = status_from_ucs(UCS_PTR_STATUS(req), peer_, "receive");
     PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id_, peer_, st.message());
     return close_on_loop(st, false);
   }
+  op->arrival = next_arrival_++;
+  auto& u = undelivered_[op->arrival];
+  u.header_len = header.size();
+  std::memcpy(u.header.data(), header.data(), header.size());
+  u.placement = placement;
   recvs_.insert(op.release());
+}
+
+void UcxConnection::deliver_or_queue_on_loop(std::span<const std::byte> header,
+                                             const Placement& placement) {
+  if (undelivered_.empty()) return ctx_->receiver().on_message(*this, header, placement);
+  auto& u = undelivered_[next_arrival_++];
+  u.header_len = header.size();
+  std::memcpy(u.header.data(), header.data(), header.size());
+  u.placement = placement;
+  u.landed = true;
+}
+
+void UcxConnection::deliver_in_order_on_loop() {
+  while (!undelivered_.empty() && undelivered_.begin()->second.landed && is_open()) {
+    Undelivered u = std::move(undelivered_.begin()->second);
+    undelivered_.erase(undelivered_.begin());
+    ctx_->receiver().on_message(*this, std::span<const std::byte>(u.header.data(), u.header_len),
+                                u.placement);
+  }
 }
 
 void UcxConnection::finish_recv_on_loop(RecvOp* raw, ucs_status_t status) {
@@ -309,8 +321,8 @@ void UcxConnection::finish_recv_on_loop(RecvOp* raw, ucs_status_t status) {
     PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id_, peer_, st.message());
     return close_on_loop(st, true);
   }
-  ctx_->receiver().on_message(*this, std::span<const std::byte>(op->header.data(), op->header_len),
-                              op->placement);
+  undelivered_[op->arrival].landed = true;
+  deliver_in_order_on_loop();
 }
 
 void UcxConnection::close() {
@@ -382,6 +394,7 @@ void UcxConnection::finish_close_on_loop() {
     ctx_->retire_on_loop(std::shared_ptr<RecvOp>(op));
   }
   recvs_.clear();
+  undelivered_.clear();
   ctx_->receiver().on_closed(*this, close_status_);
   ctx_->forget_on_loop(id_);
 }

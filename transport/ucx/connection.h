@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -58,6 +59,11 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   static void on_send_done(void* request, ucs_status_t status, void* user_data);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void finish_close_on_loop();
+  // Hands `header` to on_message now when nothing that arrived before it is still landing,
+  // else queues it (complete) behind the rendezvous receive that is.
+  void deliver_or_queue_on_loop(std::span<const std::byte> header, const Placement& placement);
+  // Delivers the complete messages at the front of undelivered_, in arrival order.
+  void deliver_in_order_on_loop();
   // Completes the sends UCX still holds with `why`; UCX 1.13 does not complete them itself when
   // an endpoint in error mode NONE is closed, however it is closed.
   void orphan_sends_on_loop(const Status& why);
@@ -71,6 +77,17 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   ucp_ep_h ep_ = nullptr;
   Fd control_;
   std::unordered_set<RecvOp*> recvs_;  // rendezvous receives in flight
+  // Messages that arrived after a rendezvous receive still landing, keyed by arrival: the
+  // transport contract delivers a connection's messages in the order they were sent, and an
+  // eager message may arrive while an earlier rendezvous payload is still being fetched.
+  struct Undelivered {
+    std::array<std::byte, kMaxHeaderBytes> header{};
+    std::size_t header_len = 0;
+    Placement placement;
+    bool landed = false;
+  };
+  std::map<std::uint64_t, Undelivered> undelivered_;
+  std::uint64_t next_arrival_ = 0;
   std::unordered_set<SendOp*> sends_;  // sends UCX has not completed yet
   Status close_status_;
   bool close_reported_ = false;
