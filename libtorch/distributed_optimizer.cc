@@ -56,6 +56,17 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
     if (!p.is_contiguous())
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("parameter '{}' is not contiguous", name));
+    if (!p.requires_grad())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameter '{}' does not require a gradient (frozen): every "
+                              "parameter of the model is trained through the servers; give the "
+                              "optimizer a module without frozen parameters",
+                              name));
+    if (auto it = slot_of.find(p.unsafeGetTensorImpl()); it != slot_of.end())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("parameters '{}' and '{}' are one tensor (tied weights), which "
+                              "psrt does not train yet",
+                              slots_[static_cast<std::size_t>(it->second)].name, name));
     Slot s;
     s.name = name;
     s.key = key_of(name);
@@ -98,11 +109,20 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
     for (auto& h : pulls) h.wait();
   }
 
-  for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
-    slots_[i].hook =
-        slots_[i].param.register_hook([this, i](const at::Tensor& g) { on_grad(i, g); });
+  worker_.set_learning_rate(0.f);  // the configured rate until set_learning_rate()
+  int hooked = 0;
+  try {
+    for (; hooked < static_cast<int>(slots_.size()); ++hooked) {
+      const int i = hooked;
+      slots_[i].hook =
+          slots_[i].param.register_hook([this, i](const at::Tensor& g) { on_grad(i, g); });
+    }
+    detail::register_modules(modules, this);
+  } catch (...) {
+    for (int i = 0; i < hooked; ++i) slots_[i].param.remove_hook(slots_[i].hook);
+    throw;
+  }
   pump_thread_ = std::thread([this] { pump(); });
-  detail::register_modules(modules, this);
   PSRT_LOG_INFO("DistributedOptimizer: {} parameters ({} bytes of gradients per step) as keys",
                 slots_.size(), [this] {
                   std::size_t b = 0;
@@ -114,12 +134,31 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
 DistributedOptimizer::Impl::~Impl() {
   detail::unregister_owner(this);
   for (auto& s : slots_) s.param.remove_hook(s.hook);
-  try {
-    synchronize();
-  } catch (const std::exception& e) {
-    PSRT_LOG_WARN("DistributedOptimizer: outstanding operations failed at shutdown: {}",
-                  e.what());
+  // Every issued operation must be over, and its gradient bytes released by the transport,
+  // before the gradients are freed: wait for each one, whatever the others did.
+  std::vector<Handle> handles;
+  {
+    std::lock_guard lock(mu_);
+    for (int i : pending_) slots_[i].queued = false;
+    pending_.clear();
+    for (auto& s : slots_) {
+      handles.push_back(s.push);
+      handles.push_back(s.pull);
+    }
   }
+  int failed = 0;
+  std::string first;
+  for (const auto& h : handles) {
+    try {
+      h.wait();
+    } catch (const std::exception& e) {
+      if (failed++ == 0) first = e.what();
+    }
+    h.wait_sent_for(options_.timeout);
+  }
+  if (failed)
+    PSRT_LOG_WARN("DistributedOptimizer: {} operations failed before shutdown, first: {}",
+                  failed, first);
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -231,10 +270,15 @@ void DistributedOptimizer::Impl::wait_slots(const std::vector<int>& indices, boo
   std::vector<Handle> pulls;
   {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] {
+    const bool issued = cv_.wait_for(lock, options_.timeout, [&] {
       return error_ || std::none_of(indices.begin(), indices.end(),
                                     [this](int i) { return slots_[i].queued; });
     });
+    if (!issued)
+      throw Error(ErrorCode::kTimeout,
+                  fmt::format("gradients queued for push credit were not sent within {} ms: the "
+                              "transport did not release earlier pushes (a stalled server?)",
+                              options_.timeout.count()));
     rethrow_locked();
     pulls.reserve(indices.size());
     for (int i : indices) {

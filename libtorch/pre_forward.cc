@@ -44,14 +44,10 @@ void unregister_owner(DistributedOptimizer::Impl* owner) {
 void pre_forward(const ::torch::nn::Module& module) {
   auto& r = registry();
   if (r.size.load(std::memory_order_acquire) == 0) return;
-  DistributedOptimizer::Impl* owner = nullptr;
-  {
-    std::shared_lock lock(r.mu);
-    auto it = r.owners.find(&module);
-    if (it == r.owners.end()) return;
-    owner = it->second;
-  }
-  owner->wait(module);
+  // Held while waiting: unregister_owner() (the optimizer's destructor) waits for it.
+  std::shared_lock lock(r.mu);
+  auto it = r.owners.find(&module);
+  if (it != r.owners.end()) it->second->wait(module);
 }
 
 }  // namespace psrt::torch

@@ -32,14 +32,13 @@ void HandleState::sent_part() {
 bool Handle::sent() const {
   if (!state_) return true;
   std::lock_guard lock(state_->mu);
-  return state_->unsent <= 0 || state_->remaining <= 0;
+  return state_->unsent <= 0;
 }
 
 bool Handle::wait_sent_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
   std::unique_lock lock(state_->mu);
-  return state_->cv.wait_for(lock, timeout,
-                             [&] { return state_->unsent <= 0 || state_->remaining <= 0; });
+  return state_->cv.wait_for(lock, timeout, [&] { return state_->unsent <= 0; });
 }
 
 void Handle::wait() const {

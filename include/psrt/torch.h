@@ -38,11 +38,14 @@
 //   synchronize() or the pre_forward() that waits.
 // - Threads: one training thread calls zero_grad/step/synchronize and runs forward/backward; the
 //   optimizer runs one helper thread that issues the pushes credit held back.
-// - Lifetime: the model and the worker must outlive the optimizer. The destructor waits for
-//   outstanding operations and removes the hooks.
-// - Do not modify parameters in place while a step's pulls are outstanding (after backward and
-//   before the next forward); call synchronize() first.
+// - Lifetime: the model and the worker must outlive the optimizer. The destructor removes the
+//   hooks and waits for every outstanding operation (each bounded), errors logged.
+// - From a parameter's gradient hook until the next forward's pre_forward() (or
+//   synchronize()), its pulled weights may land at any moment: do not read or write parameters
+//   in that window (EMA, logging, saving) without synchronize() first. Gradients changed after
+//   backward() (e.g. clipping) are not seen: each was pushed as autograd produced it.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -64,6 +67,9 @@ struct Options {
   std::size_t push_credit_bytes = std::size_t{4} << 20;
   // fp16/bf16 halve the bytes pushed (servers accumulate in fp32).
   GradType grad_type = GradType::kF32;
+  // Bound on the optimizer's own waits (a gradient queued for credit), like PSRT_OP_TIMEOUT_MS
+  // bounds the worker's.
+  std::chrono::milliseconds timeout{300'000};
 };
 
 // The key a parameter name maps to (FNV-1a 64 of the name). Same on every worker.
@@ -75,7 +81,8 @@ class DistributedOptimizer {
   // values as the job's initial weights (a resumed job keeps its checkpoint's), pulls them into
   // the model on every worker, and installs the gradient hooks. Blocking; call it on every worker
   // with the same model structure. Throws psrt::Error when two names collide on one key, a
-  // parameter is not a contiguous fp32 CPU tensor, or the servers refuse.
+  // parameter is not a contiguous fp32 CPU tensor that requires a gradient, two names are one
+  // tensor (tied weights), or the servers refuse.
   DistributedOptimizer(Worker& worker, ::torch::nn::Module& model, Options options = {});
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
@@ -108,7 +115,7 @@ class DistributedOptimizer {
 
 // Call at the top of a module's forward(): waits for the pulls of this module's parameters when
 // a DistributedOptimizer manages them, returns at once otherwise (no optimizer, --no-ps runs,
-// evaluation after synchronize()). Thread-safe.
+// evaluation after synchronize()). Thread-safe; an optimizer being destroyed waits for it.
 void pre_forward(const ::torch::nn::Module& module);
 
 }  // namespace psrt::torch

@@ -242,6 +242,22 @@ TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
                    summary_of(full)["test_accuracy"].get<double>());
 }
 
+TEST(TrainJob, PsrunWithoutCommandTrainsTheDefaultJob) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  // psrun finds pstrain next to itself: 2 workers, LeNet, Fashion-MNIST, 1 epoch.
+  auto r = sh(PSRUN_PATH " --transport tcp");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(r.has("running the default job, 2 workers")) << r.out;
+  auto s = summary_of(r);
+  ASSERT_FALSE(s.is_null()) << r.out;
+  EXPECT_EQ(s["model"], "lenet");
+  EXPECT_EQ(s["dataset"], "fashion-mnist");
+  EXPECT_EQ(s["workers"], 2);
+  EXPECT_EQ(s["steps"], 60000 / 2 / 16);
+  EXPECT_GT(s["test_accuracy"].get<double>(), 0.80) << r.out;
+}
+
 TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
   auto missing = sh(PSTRAIN_PATH " --no-ps --dataset fashion-mnist --data-dir /nonexistent/fm");
   EXPECT_EQ(missing.rc, 2) << missing.out;
@@ -268,6 +284,25 @@ TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
   auto eval = sh(PSEVAL_PATH " --train-dir /nonexistent/run");
   EXPECT_EQ(eval.rc, 2) << eval.out;
   EXPECT_TRUE(eval.has("/nonexistent/run")) << eval.out;
+
+  // A train dir with checkpoints: not overwritten without --resume; resumed only as written.
+  auto dir = scratch("reuse");
+  const std::string base = PSTRAIN_PATH " --no-ps --dataset synthetic --threads 1 --max-steps 2 "
+                                        "--train-dir " + dir.string();
+  const std::string run = base + " --batch-size 32";
+  ASSERT_EQ(sh(run).rc, 0);
+  auto again = sh(run);
+  EXPECT_EQ(again.rc, 2) << again.out;
+  EXPECT_TRUE(again.has("holds the checkpoints of an earlier run (latest: step 2)")) << again.out;
+  auto other_batch = sh(base + " --resume --batch-size 64");
+  EXPECT_EQ(other_batch.rc, 2) << other_batch.out;
+  EXPECT_TRUE(other_batch.has("--batch-size 32, this run has 1 and 64")) << other_batch.out;
+
+  // A checkpoint description pstrain did not write: pseval names it instead of crashing.
+  std::ofstream(dir / "ckpt-00000009.json") << R"({"step":"nine","spec":[1,28,28,10]})";
+  auto corrupt = sh(PSEVAL_PATH " --train-dir " + dir.string());
+  EXPECT_EQ(corrupt.rc, 2) << corrupt.out;
+  EXPECT_TRUE(corrupt.has("ckpt-00000009.json is not one pstrain wrote")) << corrupt.out;
 }
 
 }  // namespace

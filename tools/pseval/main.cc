@@ -109,5 +109,11 @@ int main(int argc, char** argv) {
   } catch (const psrt::Error& e) {
     std::fprintf(stderr, "pseval: error: %s\n", e.what());
     return 2;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "pseval: error: LibTorch: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pseval: error: %s\n", e.what());
+    return 1;
   }
 }

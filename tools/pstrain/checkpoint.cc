@@ -72,6 +72,7 @@ void save_checkpoint(const std::string& dir, ::torch::nn::Module& model,
                    {"spec", {info.spec.channels, info.spec.height, info.spec.width, info.spec.classes}},
                    {"workers", info.workers},
                    {"seed", info.seed},
+                   {"batch_size", info.batch_size},
                    {"digest", weights_digest(model)}};
   write_atomically(base.string() + ".json", [&](const std::string& tmp) {
     std::ofstream out(tmp);
@@ -89,23 +90,29 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
     if (!std::regex_match(file, name)) continue;
-    std::ifstream in(entry.path());
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("step") || !j.contains("spec") || j["spec"].size() != 4)
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("checkpoint description {} is not valid JSON from pstrain; remove "
-                              "it or the directory",
-                              entry.path().string()));
     CheckpointInfo c;
-    c.step = j["step"];
-    c.epoch = j.value("epoch", 0);
-    c.model = j.value("model", "");
-    c.dataset = j.value("dataset", "");
-    c.data_dir = j.value("data_dir", "");
-    c.spec = {j["spec"][0], j["spec"][1], j["spec"][2], j["spec"][3]};
-    c.workers = j.value("workers", 1);
-    c.seed = j.value("seed", std::uint64_t{1});
-    c.digest = j.value("digest", "");
+    try {
+      std::ifstream in(entry.path());
+      const nlohmann::json j = nlohmann::json::parse(in);
+      const auto& spec = j.at("spec");
+      if (!spec.is_array() || spec.size() != 4) throw std::runtime_error("spec is not [C,H,W,K]");
+      c.step = j.at("step").get<std::int64_t>();
+      c.epoch = j.at("epoch").get<std::int64_t>();
+      c.model = j.at("model").get<std::string>();
+      c.dataset = j.at("dataset").get<std::string>();
+      c.data_dir = j.value("data_dir", std::string());
+      c.spec = {spec[0].get<std::int64_t>(), spec[1].get<std::int64_t>(),
+                spec[2].get<std::int64_t>(), spec[3].get<std::int64_t>()};
+      c.workers = j.value("workers", 1);
+      c.batch_size = j.value("batch_size", std::int64_t{0});
+      c.seed = j.value("seed", std::uint64_t{1});
+      c.digest = j.value("digest", std::string());
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("checkpoint description {} is not one pstrain wrote ({}); remove "
+                              "it, or use another directory",
+                              entry.path().string(), e.what()));
+    }
     c.weights = (fs::path(dir) / (stem_of(c.step) + ".pt")).string();
     found.push_back(std::move(c));
   }

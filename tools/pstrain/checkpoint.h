@@ -22,6 +22,7 @@ struct CheckpointInfo {
   std::string data_dir;
   ModelSpec spec;
   int workers = 1;
+  std::int64_t batch_size = 0;  // per worker
   std::uint64_t seed = 1;  // --seed: the synthetic data set depends on it
   std::string digest;      // weights_digest() of the saved weights
   std::string weights;     // path of the .pt file (set when listing)

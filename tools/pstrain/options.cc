@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "psrt/error.h"
 
 namespace psrt::pstrain {
@@ -68,9 +70,11 @@ void validate(const TrainOptions& o) {
   if (o.epochs < 1) bad(fmt::format("--epochs {}: must be at least 1", o.epochs));
   if (o.max_steps < 0) bad(fmt::format("--max-steps {}: must be >= 0", o.max_steps));
   if (o.batch_size < 1) bad(fmt::format("--batch-size {}: must be at least 1", o.batch_size));
-  if (!(o.lr > 0.f)) bad(fmt::format("--lr {}: must be > 0", o.lr));
-  if (o.momentum < 0.f || o.weight_decay < 0.f || o.dampening < 0.f)
-    bad("--momentum, --dampening and --weight-decay must be >= 0");
+  if (!(o.lr > 0.f) || !std::isfinite(o.lr))
+    bad(fmt::format("--lr {}: must be a finite number > 0", o.lr));
+  for (float v : {o.momentum, o.weight_decay, o.dampening})
+    if (!(v >= 0.f) || !std::isfinite(v))
+      bad("--momentum, --dampening and --weight-decay must be finite numbers >= 0");
   if (o.nesterov && (o.momentum <= 0.f || o.dampening != 0.f))
     bad("--nesterov needs --momentum > 0 and --dampening 0");
   if (o.lr_schedule != "none" && o.lr_schedule != "step" && o.lr_schedule != "cosine")

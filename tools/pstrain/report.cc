@@ -22,6 +22,8 @@ void MetricsFile::write(const nlohmann::json& line) {
   if (!out_.is_open()) return;
   out_ << line.dump() << '\n';
   out_.flush();
+  if (!out_)
+    throw Error(ErrorCode::kSystem, "--metrics: writing a line failed (is the disk full?)");
 }
 
 Progress::Progress(std::int64_t log_every, bool tty_allowed)

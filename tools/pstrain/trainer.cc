@@ -42,8 +42,9 @@ int auto_threads(bool no_ps) {
 }
 
 // The augmentation seed of one step: the same on every run, different for every step.
-std::uint64_t step_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index) {
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(epoch * 1000003 + index + 1);
+std::uint64_t step_seed(std::uint64_t seed, int rank, std::int64_t epoch, std::int64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(
+                               (epoch * 1000003 + index) * 65537 + rank + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -97,8 +98,21 @@ void train(const TrainOptions& o) {
                                  .nesterov(o.nesterov));
 
   std::int64_t step = 0;
+  if (!o.resume && !o.train_dir.empty()) {
+    if (auto old = latest_checkpoint(o.train_dir))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--train-dir {} holds the checkpoints of an earlier run (latest: "
+                              "step {}): pass --resume to continue it, or another --train-dir",
+                              o.train_dir, old->step));
+  }
   if (o.resume) {
     if (auto ck = latest_checkpoint(o.train_dir)) {
+      if (ck->workers != world || ck->batch_size != o.batch_size)
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("--resume: the checkpoint in {} was written by {} worker(s) with "
+                                "--batch-size {}, this run has {} and {}: the data order and the "
+                                "steps per epoch would not continue; resume with the same",
+                                o.train_dir, ck->workers, ck->batch_size, world, o.batch_size));
       if (ck->model != o.model || ck->dataset != o.dataset)
         throw Error(ErrorCode::kInvalidArgument,
                     fmt::format("--resume: the latest checkpoint in {} trains {} on {}, not {} "
@@ -151,6 +165,10 @@ void train(const TrainOptions& o) {
   const std::int64_t batch = std::min(o.batch_size, n / world);
 
   MetricsFile metrics(metrics_path(o.metrics, rank));
+  if (rank == 0 && !o.train_dir.empty()) {
+    std::error_code ignored;  // pseval --watch must not take an earlier run's DONE for this one
+    std::filesystem::remove(std::filesystem::path(o.train_dir) / "DONE", ignored);
+  }
   Progress progress(o.log_every, rank == 0);
   if (rank == 0)
     PSRT_LOG_INFO("training {} on {} ({} samples) with {} worker(s), batch {} per worker, {} "
@@ -166,7 +184,7 @@ void train(const TrainOptions& o) {
     last_eval = evaluate(*model, data.test);
     last_eval_step = step;
     metrics.write({{"step", step},
-                   {"epoch", step / per_epoch},
+                   {"epoch", step > 0 ? (step - 1) / per_epoch : 0},  // of the last step done
                    {"time_s", seconds_since(wall_start)},
                    {"test_loss", last_eval->loss},
                    {"test_accuracy", last_eval->accuracy}});
@@ -184,7 +202,7 @@ void train(const TrainOptions& o) {
       shard_epoch = epoch;
     }
     const Batch b = make_batch(data.train, shard, index * batch, batch,
-                               step_seed(o.seed, epoch, index));
+                               step_seed(o.seed, rank, epoch, index));
     const float lr = lr_at(o.lr_schedule, base_lr, step, total);
     if (local) {
       for (auto& group : local->param_groups())
@@ -234,6 +252,7 @@ void train(const TrainOptions& o) {
       info.data_dir = o.data_dir;
       info.spec = spec;
       info.workers = world;
+      info.batch_size = o.batch_size;
       info.seed = o.seed;
       save_checkpoint(o.train_dir, *model, local.get(), info);
       progress.note(fmt::format("checkpoint at step {} in {} (weights {})", step, o.train_dir,
