@@ -75,6 +75,40 @@ INSTANTIATE_TEST_SUITE_P(Backends, PsbenchTransport,
                          ::testing::ValuesIn(psrt::transport::available_backends()),
                          [](const auto& info) { return info.param; });
 
+TEST(PsbenchKernel, CpuPrintsOneObjectPerParamCountWithTheCopyCeiling) {
+  auto r = run("kernel --device cpu --workers 3 --params 1000,100003 --dtype bf16 --iters 5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const std::size_t params[] = {1000, 100003};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["bench"], "kernel");
+    EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["workers"], 3);
+    EXPECT_EQ(j["params"], params[i]);
+    EXPECT_EQ(j["dtype"], "bf16");
+    for (const char* f : {"us_p50", "GBps", "copy_GBps", "pct_of_copy"})
+      EXPECT_GT(j[f].get<double>(), 0.0) << f;
+    // pct_of_copy is exactly the ratio of the two bandwidths it reports.
+    EXPECT_NEAR(j["pct_of_copy"].get<double>(),
+                100.0 * j["GBps"].get<double>() / j["copy_GBps"].get<double>(), 1e-9);
+    // GBps counts N gradient reads + weights and momentum read and written, per us_p50.
+    const double bytes = static_cast<double>(params[i]) * (3 * 2 + 16);
+    EXPECT_NEAR(j["GBps"].get<double>(), bytes / (j["us_p50"].get<double>() * 1e-6) / 1e9,
+                1e-6 * j["GBps"].get<double>());
+  }
+}
+
+TEST(PsbenchKernel, RefusesWhatItCannotMeasure) {
+  auto r = run("kernel --dtype fp8");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("fp8"), std::string::npos) << r.out;
+  r = run("kernel --workers 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--workers"), std::string::npos) << r.out;
+}
+
 TEST(Psbench, RefusesBadFlagsWithAMessage) {
   auto r = run("transport --transport carrier-pigeon --iters 10");
   EXPECT_NE(r.status, 0);

@@ -4,6 +4,7 @@
 
 #include "psrt/error.h"
 #include "transport/factory.h"
+#include "kernel_bench.h"
 #include "pushpull_bench.h"
 #include "transport_bench.h"
 
@@ -46,6 +47,31 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
+  psrt::bench::KernelBenchConfig kc;
+  auto* kb = app.add_subcommand(
+      "kernel", "the server's fused aggregate+SGD update vs a large copy timed in the same run");
+  kb->add_option("--device", kc.device, "cpu | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  kb->add_option("--workers", kc.workers, "gradients aggregated per update (N)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  kb->add_option("--params", kc.params, "elements per update, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 31));
+  kb->add_option("--dtype", kc.dtype, "gradient type: fp32 | fp16 | bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  kb->add_option("--iters", kc.iters, "timed updates; the median is reported")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  kb->add_option("--warmup", kc.warmup, "untimed updates first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  kb->add_option("--threads", kc.threads, "cpu: threads the update and the copy are split over")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+
   auto* list = app.add_subcommand("backends", "print the transport backends of this build");
 
   std::string peer_transport = "tcp", peer_listen = "127.0.0.1:0";
@@ -65,6 +91,7 @@ int main(int argc, char** argv) {
     }
     if (*tr) return psrt::bench::run_transport_bench(tc);
     if (*pp) return psrt::bench::run_pushpull_bench(pc);
+    if (*kb) return psrt::bench::run_kernel_bench(kc);
     if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";

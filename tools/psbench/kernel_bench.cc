@@ -1,0 +1,162 @@
+#include "kernel_bench.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "kernels/fused_sgd.h"
+#include "psrt/error.h"
+
+namespace psrt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+kernels::DType parse_dtype(const std::string& s) {
+  if (s == "fp32") return kernels::DType::kF32;
+  if (s == "fp16") return kernels::DType::kF16;
+  if (s == "bf16") return kernels::DType::kBF16;
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("--dtype {}: use fp32, fp16 or bf16", s));
+}
+
+// Memory that is written once before timing so that no page fault lands in a timed call.
+struct Buffer {
+  explicit Buffer(std::size_t bytes) : data(std::make_unique_for_overwrite<std::byte[]>(bytes)) {
+    std::memset(data.get(), 0, bytes);
+  }
+  std::unique_ptr<std::byte[]> data;
+};
+
+// One input set: N gradients, weights and momentum. Several sets are rotated so that a set
+// never starts a call in cache from the previous one.
+struct InputSet {
+  std::vector<Buffer> grads;
+  std::vector<const void*> grad_ptrs;
+  Buffer weights, momentum;
+  InputSet(int n, std::size_t params, std::size_t gsize)
+      : weights(params * sizeof(float)), momentum(params * sizeof(float)) {
+    std::mt19937 rng(42);
+    for (int j = 0; j < n; ++j) {
+      grads.emplace_back(params * gsize);
+      // Small finite values in every dtype: 0x3c00 is fp16 1.0, 0x3f80 bf16 1.0.
+      auto* b = grads.back().data.get();
+      for (std::size_t i = 0; i < params * gsize; i += 4096) b[i] = std::byte(rng() & 0x1f);
+      grad_ptrs.push_back(b);
+    }
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs fn(part, parts) on `threads` threads at once (part 0 on the caller) and returns the wall
+// time of the slowest.
+template <typename Fn>
+double timed_parallel(int threads, Fn&& fn) {
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int p = 1; p < threads; ++p) pool.emplace_back([&fn, p, threads] { fn(p, threads); });
+  fn(0, threads);
+  for (auto& t : pool) t.join();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::pair<std::size_t, std::size_t> part_of(std::size_t n, int part, int parts) {
+  const std::size_t begin = n * static_cast<std::size_t>(part) / static_cast<std::size_t>(parts);
+  const std::size_t end = n * static_cast<std::size_t>(part + 1) / static_cast<std::size_t>(parts);
+  return {begin, end - begin};
+}
+
+int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype) {
+  const std::size_t gsize = kernels::dtype_size(dtype);
+  const std::size_t set_bytes = params * (c.workers * gsize + 2 * sizeof(float));
+  // Rotate sets until 256 MiB separate two uses of one set (well past any CPU cache).
+  const int sets = static_cast<int>(
+      std::clamp<std::size_t>((std::size_t{256} << 20) / std::max<std::size_t>(set_bytes, 1) + 1,
+                              1, 8));
+  std::vector<std::unique_ptr<InputSet>> inputs;
+  for (int s = 0; s < sets; ++s)
+    inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
+  kernels::SgdConfig cfg{.lr = 0.01f, .momentum = 0.9f, .dampening = 0.f,
+                         .weight_decay = 1e-4f, .nesterov = false};
+  const kernels::CpuIsa isa = kernels::best_cpu_isa();
+
+  auto update = [&](InputSet& in) {
+    return timed_parallel(c.threads, [&](int part, int parts) {
+      auto [begin, count] = part_of(params, part, parts);
+      std::vector<const void*> g;
+      for (const void* p : in.grad_ptrs) g.push_back(static_cast<const std::byte*>(p) + begin * gsize);
+      kernels::SliceUpdate u;
+      u.weights = reinterpret_cast<float*>(in.weights.data.get()) + begin;
+      u.momentum = reinterpret_cast<float*>(in.momentum.data.get()) + begin;
+      u.grads = g.data();
+      u.num_grads = c.workers;
+      u.dtype = dtype;
+      u.count = count;
+      u.grad_scale = 1.f / static_cast<float>(c.workers);
+      kernels::fused_sgd_cpu(u, cfg, isa);
+    });
+  };
+  std::vector<double> times;
+  for (int i = 0; i < c.warmup + c.iters; ++i) {
+    const double t = update(*inputs[static_cast<std::size_t>(i % sets)]);
+    if (i >= c.warmup) times.push_back(t);
+  }
+  const double t_update = median(times);
+  const double bytes = static_cast<double>(params) *
+                       (static_cast<double>(c.workers * gsize) + 4.0 * sizeof(float));
+
+  // The ceiling: memcpy of as many bytes as the update reads, same threads; a copy moves twice
+  // its size (read + write).
+  const std::size_t copy_bytes = std::max<std::size_t>(static_cast<std::size_t>(bytes / 2),
+                                                       std::size_t{64} << 20);
+  Buffer src(copy_bytes), dst(copy_bytes);
+  std::vector<double> copies;
+  for (int i = 0; i < c.warmup + std::max(10, c.iters / 5); ++i) {
+    const double t = timed_parallel(c.threads, [&](int part, int parts) {
+      auto [begin, count] = part_of(copy_bytes, part, parts);
+      std::memcpy(dst.data.get() + begin, src.data.get() + begin, count);
+    });
+    if (i >= c.warmup) copies.push_back(t);
+  }
+  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / median(copies) / 1e9;
+  const double gbps = bytes / t_update / 1e9;
+  nlohmann::json line{{"bench", "kernel"},
+                      {"device", "cpu"},
+                      {"isa", std::string(kernels::to_string(isa))},
+                      {"threads", c.threads},
+                      {"workers", c.workers},
+                      {"params", params},
+                      {"dtype", c.dtype},
+                      {"iters", c.iters},
+                      {"us_p50", t_update * 1e6},
+                      {"GBps", gbps},
+                      {"copy_GBps", copy_gbps},
+                      {"pct_of_copy", 100.0 * gbps / copy_gbps}};
+  std::cout << line.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int run_kernel_bench(const KernelBenchConfig& c) {
+  const kernels::DType dtype = parse_dtype(c.dtype);
+  if (c.device != "cpu")
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("--device {}: this build times the CPU update only; the CUDA kernel "
+                            "benchmark needs a build with the CUDA update and a visible GPU",
+                            c.device));
+  for (std::size_t p : c.params) run_cpu(c, p, dtype);
+  return 0;
+}
+
+}  // namespace psrt::bench
