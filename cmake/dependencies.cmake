@@ -17,6 +17,10 @@ if(NOT PSRT_WITH_CUDA MATCHES "^(OFF|off|FALSE|0|NO)$")
   endif()
 endif()
 psrt_resolve_feature(PSRT_WITH_CUDA "${_cuda_found}" "the CUDA toolkit at /usr/local/cuda")
+if(PSRT_HAVE_CUDA)
+  # At the top level so every directory can compile and link CUDA code (kernels/ builds it).
+  enable_language(CUDA)
+endif()
 
 set(_torch_found FALSE)
 if(NOT PSRT_WITH_TORCH MATCHES "^(OFF|off|FALSE|0|NO)$")

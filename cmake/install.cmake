@@ -10,6 +10,12 @@ install(TARGETS psrt psrt_base psrt_transport_core psrt_transport psrt_kernels p
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(PSRT_HAVE_CUDA)
+  # psrt_kernels links it: the CUDA update (kernels/fused_sgd_cuda.cu).
+  install(TARGETS psrt_kernels_cuda EXPORT psrtTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 if(PSRT_HAVE_UCX)
   install(TARGETS psrt_transport_ucx EXPORT psrtTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -2,7 +2,12 @@
 
 #include <fmt/core.h>
 
+#include "psrt/config.h"
 #include "psrt/error.h"
+
+#if PSRT_HAVE_CUDA
+#include "kernels/fused_sgd_cuda.h"
+#endif
 
 namespace psrt::kernels {
 
@@ -12,12 +17,17 @@ void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType w
       fused_sgd_cpu(u, cfg);
       return;
     case MemoryType::kCuda:
-      // The CUDA kernel plugs in here; until then say so rather than touch device pointers.
+#if PSRT_HAVE_CUDA
+      // On the legacy default stream of the device holding the weights; blocking.
+      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+      return;
+#else
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("apply_update: the slice of {} {} values is in CUDA memory (CUDA "
                               "update not built into this psrt); keep server slices in host "
                               "memory",
                               u.count, to_string(u.dtype)));
+#endif
   }
   throw Error(ErrorCode::kInvalidArgument,
               fmt::format("apply_update: unknown memory type {}", static_cast<int>(where)));

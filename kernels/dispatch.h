@@ -1,6 +1,6 @@
 // Where the server applies a slice update: the one call the parameter server makes, whatever
 // memory the slice lives in. Host memory runs fused_sgd_cpu on the calling thread; device memory
-// will run the CUDA kernel of the same spec (kernels/fused_sgd.h) once it is built.
+// runs fused_sgd_cuda (kernels/fused_sgd_cuda.h, same spec) in builds with PSRT_HAVE_CUDA.
 //
 //   SliceUpdate u{weights, momentum, grads, n, DType::kBF16, count, 1.f / n, first_step};
 //   apply_update(u, cfg, MemoryType::kHost);
@@ -12,8 +12,10 @@
 namespace psrt::kernels {
 
 // Applies one slice's update where its buffers live (weights, momentum and every gradient must
-// all be in `where`). Blocking. Throws psrt::Error: kInvalidArgument for an unusable update (see
-// fused_sgd_cpu), kUnsupported for device memory in a build without the CUDA update.
+// all be in `where`). Blocking: a CUDA update runs on the legacy default stream of the device
+// holding the weights and is complete on return. Throws psrt::Error: kInvalidArgument for an
+// unusable update (see fused_sgd_cpu), kUnsupported for device memory in a build without the
+// CUDA update (or with no usable GPU), kSystem for a failing CUDA call.
 void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where);
 
 }  // namespace psrt::kernels

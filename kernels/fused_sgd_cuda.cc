@@ -1,0 +1,54 @@
+// fused_sgd_cuda's front: validates every slice the way fused_sgd_cpu does, before any CUDA call,
+// then hands the batch to the launcher in fused_sgd_cuda.cu.
+#include "kernels/fused_sgd_cuda.h"
+
+#include <fmt/core.h>
+
+#include <string>
+
+#include "kernels/fused_sgd_cuda_launch.h"
+#include "psrt/error.h"
+
+namespace psrt::kernels {
+
+namespace {
+
+[[noreturn]] void invalid(std::size_t index, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("fused_sgd_cuda: slice {}: {}; nothing was launched", index, message));
+}
+
+void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
+  if (u.num_grads < 1) {
+    invalid(index, fmt::format("num_grads is {}; a slice update needs at least one gradient",
+                               u.num_grads));
+  }
+  if (u.weights == nullptr) invalid(index, "weights is null");
+  if (u.momentum == nullptr && cfg.momentum != 0.f) {
+    invalid(index, fmt::format("momentum buffer is null but SgdConfig::momentum is {}; pass a "
+                               "buffer of count floats or set momentum to 0",
+                               cfg.momentum));
+  }
+  if (u.grads == nullptr) invalid(index, "grads is null");
+  for (int j = 0; j < u.num_grads; ++j) {
+    if (u.grads[j] == nullptr)
+      invalid(index, fmt::format("grads[{}] of {} is null", j, u.num_grads));
+  }
+  if (static_cast<int>(u.dtype) >= kNumDTypes) {
+    invalid(index, fmt::format("unknown gradient dtype {}", static_cast<int>(u.dtype)));
+  }
+}
+
+}  // namespace
+
+void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+  bool any_work = false;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    validate(slices[i], i, cfg);
+    any_work = any_work || slices[i].count > 0;
+  }
+  if (!any_work) return;
+  detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
+}
+
+}  // namespace psrt::kernels

@@ -1,0 +1,222 @@
+// fused_sgd_cuda's launcher: builds the slice table in pinned host memory, copies it to the device
+// with the gradient pointer arrays, launches one persistent grid over all slices and waits.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fused_sgd.h"
+#include "kernels/fused_sgd_cuda_launch.h"
+#include "kernels/fused_sgd_device.cuh"
+
+namespace psrt::kernels::detail {
+
+namespace {
+
+using device::LaunchParams;
+using device::SliceDesc;
+
+// A table's worth of pinned host memory and device memory of the same size. Buffers are reused
+// from call to call (one per concurrent caller per device) and never freed: they are small, and
+// freeing at static destruction would race the CUDA runtime's own teardown.
+struct StagingBuffer {
+  void* host = nullptr;
+  void* device = nullptr;
+  std::size_t capacity = 0;
+};
+
+struct DeviceState {
+  std::mutex mutex;
+  int grid = 0;  // persistent grid size: SMs x resident blocks per SM; 0 until first use
+  std::vector<StagingBuffer> free_buffers;
+};
+
+DeviceState& device_state(int device) {
+  static std::mutex mutex;
+  static auto* states = new std::vector<DeviceState*>();  // leaked on purpose, see above
+  std::lock_guard<std::mutex> lock(mutex);
+  if (states->size() <= static_cast<std::size_t>(device)) states->resize(device + 1, nullptr);
+  DeviceState*& state = (*states)[device];
+  if (state == nullptr) state = new DeviceState();
+  return *state;
+}
+
+int persistent_grid(int device, DeviceState& state) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.grid == 0) {
+    int sms = 0;
+    PSRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int blocks_per_sm = 0;
+    PSRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks_per_sm, device::fused_sgd_kernel, device::kBlockSize, 0));
+    state.grid = std::max(1, sms * std::max(1, blocks_per_sm));
+  }
+  return state.grid;
+}
+
+// Holds a staging buffer of at least `bytes` for one call and returns it to the device's free
+// list afterwards. If the call failed after queueing the copy, the stream is drained first so the
+// next user cannot overwrite pinned memory that a copy still reads.
+class StagingLease {
+ public:
+  StagingLease(DeviceState& state, std::size_t bytes, cudaStream_t stream)
+      : state_(state), stream_(stream) {
+    {
+      std::lock_guard<std::mutex> lock(state_.mutex);
+      if (!state_.free_buffers.empty()) {
+        buffer_ = state_.free_buffers.back();
+        state_.free_buffers.pop_back();
+      }
+    }
+    if (buffer_.capacity < bytes) {
+      release_memory();
+      const std::size_t capacity = std::max<std::size_t>(bytes, 4096);
+      PSRT_CUDA_CHECK(cudaMallocHost(&buffer_.host, capacity));
+      PSRT_CUDA_CHECK(cudaMalloc(&buffer_.device, capacity));
+      buffer_.capacity = capacity;
+    }
+  }
+  ~StagingLease() {
+    if (!completed_) (void)cudaStreamSynchronize(stream_);
+    if (buffer_.capacity == 0) return;
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    state_.free_buffers.push_back(buffer_);
+  }
+  StagingLease(const StagingLease&) = delete;
+  StagingLease& operator=(const StagingLease&) = delete;
+
+  void* host() const { return buffer_.host; }
+  void* device() const { return buffer_.device; }
+  void mark_completed() { completed_ = true; }
+
+ private:
+  // Frees a buffer too small for this call (or a half-allocated one), errors ignored: the
+  // memory is unusable either way.
+  void release_memory() {
+    if (buffer_.host != nullptr) (void)cudaFreeHost(buffer_.host);
+    if (buffer_.device != nullptr) (void)cudaFree(buffer_.device);
+    buffer_ = StagingBuffer{};
+  }
+
+  DeviceState& state_;
+  cudaStream_t stream_;
+  StagingBuffer buffer_;
+  bool completed_ = false;
+};
+
+// Makes `device` current for the calling thread for one call and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    PSRT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) PSRT_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+// The device that holds `weights`; throws when it is not CUDA memory.
+int device_of(const float* weights, std::size_t index) {
+  cudaPointerAttributes attributes{};
+  PSRT_CUDA_CHECK(cudaPointerGetAttributes(&attributes, weights));
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "fused_sgd_cuda: the weights of slice " + std::to_string(index) +
+                    " are not CUDA device memory; pass device pointers, or apply the update "
+                    "with MemoryType::kHost");
+  }
+  return attributes.device;
+}
+
+}  // namespace
+
+void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
+                           void* stream_handle) {
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  const bool has_momentum = cfg.momentum != 0.f;
+
+  std::size_t first_nonempty = 0;
+  while (slices[first_nonempty].count == 0)
+    ++first_nonempty;  // the front checked that one exists
+  const int device = device_of(slices[first_nonempty].weights, first_nonempty);
+  DeviceGuard guard(device);
+  DeviceState& state = device_state(device);
+
+  // Table layout: num_slices SliceDescs, then every slice's gradient pointers back to back.
+  std::size_t total_grads = 0;
+  for (std::size_t i = 0; i < num_slices; ++i)
+    total_grads += static_cast<std::size_t>(slices[i].num_grads);
+  const std::size_t table_bytes = num_slices * sizeof(SliceDesc);
+  const std::size_t bytes = table_bytes + total_grads * sizeof(const void*);
+
+  StagingLease lease(state, bytes, stream);
+  auto* descs = static_cast<SliceDesc*>(lease.host());
+  auto* host_ptrs = reinterpret_cast<const void**>(static_cast<char*>(lease.host()) + table_bytes);
+  auto* device_ptrs =
+      reinterpret_cast<const void**>(static_cast<char*>(lease.device()) + table_bytes);
+
+  unsigned long long items = 0;
+  std::size_t next_ptr = 0;
+  for (std::size_t i = 0; i < num_slices; ++i) {
+    const SliceUpdate& u = slices[i];
+    bool aligned = aligned16(u.weights) && (!has_momentum || aligned16(u.momentum));
+    for (int j = 0; j < u.num_grads; ++j) {
+      aligned = aligned && aligned16(u.grads[j]);
+      host_ptrs[next_ptr + j] = u.grads[j];
+    }
+    const unsigned long long width = u.dtype == DType::kF32 ? device::kVectorWidth<device::kF32>
+                                                            : device::kVectorWidth<device::kF16>;
+    const unsigned long long slice_items = aligned ? (u.count + width - 1) / width : u.count;
+    descs[i] = SliceDesc{u.weights,
+                         has_momentum ? u.momentum : nullptr,
+                         device_ptrs + next_ptr,
+                         u.count,
+                         items,
+                         items + slice_items,
+                         u.grad_scale,
+                         u.num_grads,
+                         static_cast<int>(u.dtype),
+                         aligned ? 1 : 0,
+                         u.first_step ? 1 : 0};
+    items += slice_items;
+    next_ptr += static_cast<std::size_t>(u.num_grads);
+  }
+
+  LaunchParams params{};
+  params.slices = static_cast<const SliceDesc*>(lease.device());
+  params.num_slices = static_cast<int>(num_slices);
+  params.total_items = items;
+  params.lr = cfg.lr;
+  params.momentum = cfg.momentum;
+  params.weight_decay = cfg.weight_decay;
+  params.one_minus_dampening = 1.f - cfg.dampening;
+  params.has_weight_decay = cfg.weight_decay != 0.f ? 1 : 0;
+  params.has_momentum = has_momentum ? 1 : 0;
+  params.nesterov = cfg.nesterov ? 1 : 0;
+
+  const unsigned long long needed_blocks = (items + device::kBlockSize - 1) / device::kBlockSize;
+  const int grid =
+      static_cast<int>(std::min<unsigned long long>(needed_blocks, persistent_grid(device, state)));
+
+  PSRT_CUDA_CHECK(
+      cudaMemcpyAsync(lease.device(), lease.host(), bytes, cudaMemcpyHostToDevice, stream));
+  device::fused_sgd_kernel<<<grid, device::kBlockSize, 0, stream>>>(params);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+  PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  lease.mark_completed();
+}
+
+}  // namespace psrt::kernels::detail

@@ -1,0 +1,42 @@
+// The CUDA implementation of the fused aggregate+SGD update: the spec of kernels/fused_sgd.h, run
+// on the GPU for any number of slices in one kernel launch. Plain C++ (no CUDA headers), so
+// callers compile without nvcc; it exists only in builds with PSRT_HAVE_CUDA (psrt/config.h).
+//
+//   SliceUpdate slices[2] = {{w0, m0, grads0, 4, DType::kBF16, n0, 0.25f, false},
+//                            {w1, m1, grads1, 4, DType::kF32, n1, 0.25f, false}};
+//   fused_sgd_cuda(slices, cfg, stream);  // one launch; returns when both are updated
+#pragma once
+
+#include <span>
+
+#include "kernels/fused_sgd.h"
+
+namespace psrt::kernels {
+
+// Applies every slice's update on the GPU with ONE kernel launch (plus one small host-to-device
+// copy of the slice table). Results are bit-identical to fused_sgd_cpu for the same inputs
+// whenever no NaN is involved (a GPU produces the canonical NaN where x86 keeps a payload).
+//
+// Memory: weights, momentum and every gradient of every slice must be CUDA device (or managed)
+// memory on one device, the one that holds the weights of the first non-empty slice (only those
+// are checked); the kernel runs there (the calling thread's current device is switched for the
+// call and restored). `grads` itself, the array of
+// gradient pointers, is host memory like the SliceUpdate structs; both may be reused as soon as
+// the call returns. Slices must not overlap each other, and gradients must not alias weights or
+// momentum. Pointers that are 16-byte aligned (weights, momentum and all gradients of a slice)
+// get 128-bit loads and stores; any other slice is updated one element at a time.
+//
+// stream: a cudaStream_t of that device, or null for its legacy default stream. The work is
+// ordered after what is already queued on the stream.
+//
+// Blocking: synchronises `stream` before returning, so the update is complete (and visible to
+// any stream) on return. Thread-safe: concurrent calls use separate staging buffers.
+//
+// Throws psrt::Error: kInvalidArgument for an unusable SliceUpdate (null pointers, num_grads < 1,
+// an unknown dtype; checked for all slices before any CUDA call, nothing is launched) or weights
+// not in CUDA memory; kUnsupported when no usable device is present; kSystem for other CUDA
+// failures (the message names the failing CUDA call). An empty `slices`, or slices that are all
+// empty, return without touching the GPU.
+void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream);
+
+}  // namespace psrt::kernels

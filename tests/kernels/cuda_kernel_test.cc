@@ -1,0 +1,368 @@
+// fused_sgd_cuda against fused_sgd_cpu, bit for bit, plus its input validation. Device tests skip
+// when the CUDA runtime finds no usable GPU; the validation tests run everywhere, since
+// fused_sgd_cuda checks its inputs before any CUDA call.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/fused_sgd.h"
+#include "kernels/fused_sgd_cuda.h"
+#include "psrt/error.h"
+#include "tests/kernels/sgd_test_util.h"
+
+namespace psrt::kernels {
+namespace {
+
+using testing::GradRange;
+using testing::GradSet;
+using testing::make_grads;
+using testing::random_weights;
+
+// Why device tests cannot run here, or empty when a GPU is usable.
+std::string no_gpu_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    return std::string("no usable CUDA device: cudaGetDeviceCount failed with ") +
+           cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  }
+  if (n == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
+  return "";
+}
+
+#define SKIP_WITHOUT_GPU()                       \
+  do {                                           \
+    const std::string reason = no_gpu_reason();  \
+    if (!reason.empty()) GTEST_SKIP() << reason; \
+  } while (0)
+
+void check(cudaError_t err, const char* what) {
+  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+
+// A device array of `count` elements of `width` bytes at `offset` elements past a 256-byte
+// aligned allocation, with kGuard guard bytes on both sides that must never change.
+class DeviceArray {
+ public:
+  static constexpr std::size_t kGuard = 64;
+  static constexpr unsigned char kGuardByte = 0xa5;
+
+  DeviceArray(std::size_t count, std::size_t width, std::size_t offset)
+      : bytes_(count * width), front_(kGuard + offset * width) {
+    check(cudaMalloc(&base_, front_ + bytes_ + kGuard), "cudaMalloc");
+    check(cudaMemset(base_, kGuardByte, front_ + bytes_ + kGuard), "cudaMemset");
+  }
+  ~DeviceArray() { (void)cudaFree(base_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  void* data() const { return static_cast<char*>(base_) + front_; }
+  void upload(const void* src) const {
+    check(cudaMemcpy(data(), src, bytes_, cudaMemcpyHostToDevice), "upload");
+  }
+  void download(void* dst) const {
+    check(cudaMemcpy(dst, data(), bytes_, cudaMemcpyDeviceToHost), "download");
+  }
+  // The guard bytes before and after the array are untouched.
+  bool guards_intact() const {
+    std::vector<unsigned char> all(front_ + bytes_ + kGuard);
+    check(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost), "guards");
+    for (std::size_t i = 0; i < front_; ++i)
+      if (all[i] != kGuardByte) return false;
+    for (std::size_t i = front_ + bytes_; i < all.size(); ++i)
+      if (all[i] != kGuardByte) return false;
+    return true;
+  }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t bytes_;
+  std::size_t front_;
+};
+
+struct Case {
+  DType dtype = DType::kF32;
+  int num_grads = 1;
+  std::size_t count = 1;
+  bool first_step = false;
+  bool misaligned = false;  // every pointer one element past 16-byte alignment
+};
+
+// One slice's inputs on the host (the CPU reference updates these in place) and on the device.
+struct SliceFixture {
+  SliceFixture(const Case& c, const SgdConfig& cfg, std::mt19937_64& rng)
+      : c_(c),
+        grads(make_grads(c.dtype, c.num_grads, c.count, GradRange::kWide, rng)),
+        weights(random_weights(c.count, rng)),
+        momentum(cfg.momentum != 0.f ? random_weights(c.count, rng) : std::vector<float>()),
+        d_weights(c.count, 4, c.misaligned ? 1 : 0),
+        d_momentum(momentum.empty() ? 0 : c.count, 4, c.misaligned ? 1 : 0) {
+    // A first step writes the momentum buffer without reading it: poison it so an element the
+    // kernel skips shows up as NaN (the CPU reference never reads it either).
+    if (c.first_step) {
+      for (float& m : momentum)
+        m = std::numeric_limits<float>::quiet_NaN();
+    }
+    d_weights.upload(weights.data());
+    if (!momentum.empty()) d_momentum.upload(momentum.data());
+    for (int j = 0; j < c.num_grads; ++j) {
+      d_grads.push_back(
+          std::make_unique<DeviceArray>(c.count, dtype_size(c.dtype), c.misaligned ? 1 : 0));
+      d_grads.back()->upload(grads.bytes[static_cast<std::size_t>(j)].data());
+      d_grad_ptrs.push_back(d_grads.back()->data());
+    }
+  }
+
+  SliceUpdate host_update() {
+    return testing::make_update(weights, momentum, grads, 1.f / static_cast<float>(c_.num_grads),
+                                c_.first_step);
+  }
+  SliceUpdate device_update() {
+    SliceUpdate u = host_update();
+    u.weights = static_cast<float*>(d_weights.data());
+    u.momentum = momentum.empty() ? nullptr : static_cast<float*>(d_momentum.data());
+    u.grads = d_grad_ptrs.data();
+    return u;
+  }
+
+  // Runs the CPU reference on the host copies and compares the device results bit for bit.
+  void expect_matches_cpu(const SgdConfig& cfg, const std::string& label) {
+    fused_sgd_cpu(host_update(), cfg);
+    std::vector<float> w(c_.count);
+    d_weights.download(w.data());
+    EXPECT_EQ(std::memcmp(w.data(), weights.data(), w.size() * 4), 0)
+        << label << ": weights differ, first at " << first_difference(w, weights);
+    EXPECT_TRUE(d_weights.guards_intact()) << label << ": wrote outside the weights";
+    if (!momentum.empty()) {
+      std::vector<float> m(c_.count);
+      d_momentum.download(m.data());
+      EXPECT_EQ(std::memcmp(m.data(), momentum.data(), m.size() * 4), 0)
+          << label << ": momentum differs, first at " << first_difference(m, momentum);
+      EXPECT_TRUE(d_momentum.guards_intact()) << label << ": wrote outside the momentum";
+    }
+    for (const auto& g : d_grads)
+      EXPECT_TRUE(g->guards_intact()) << label << ": wrote around a gradient";
+  }
+
+  static std::string first_difference(const std::vector<float>& got,
+                                      const std::vector<float>& want) {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (std::memcmp(&got[i], &want[i], 4) != 0) {
+        return std::to_string(i) + " (gpu " + std::to_string(got[i]) + " cpu " +
+               std::to_string(want[i]) + ")";
+      }
+    }
+    return "none";
+  }
+
+  Case c_;
+  GradSet grads;
+  std::vector<float> weights;
+  std::vector<float> momentum;
+  DeviceArray d_weights;
+  DeviceArray d_momentum;
+  std::vector<std::unique_ptr<DeviceArray>> d_grads;
+  std::vector<const void*> d_grad_ptrs;
+};
+
+// The optimizer settings every comparison covers.
+std::vector<SgdConfig> configs() {
+  std::vector<SgdConfig> out;
+  out.push_back({0.05f, 0.f, 0.f, 0.f, false});      // plain SGD
+  out.push_back({0.05f, 0.f, 0.f, 1e-4f, false});    // weight decay
+  out.push_back({0.03f, 0.9f, 0.f, 0.f, false});     // momentum
+  out.push_back({0.03f, 0.9f, 0.1f, 5e-4f, false});  // momentum, dampening, weight decay
+  out.push_back({0.02f, 0.9f, 0.f, 0.f, true});      // nesterov
+  out.push_back({0.02f, 0.85f, 0.f, 1e-3f, true});   // nesterov with weight decay
+  return out;
+}
+
+std::string describe(const Case& c, const SgdConfig& cfg) {
+  return std::string(to_string(c.dtype)) + " N=" + std::to_string(c.num_grads) +
+         " count=" + std::to_string(c.count) + (c.first_step ? " first_step" : "") +
+         (c.misaligned ? " misaligned" : "") + " lr=" + std::to_string(cfg.lr) +
+         " momentum=" + std::to_string(cfg.momentum) +
+         " dampening=" + std::to_string(cfg.dampening) + " wd=" + std::to_string(cfg.weight_decay) +
+         (cfg.nesterov ? " nesterov" : "");
+}
+
+class CudaMatchesCpu : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+// Every config and first_step on small sizes (1001: vector body plus tail), aligned and misaligned;
+// the large size once per (dtype, N) with a config picked in rotation, so each config meets large
+// slices too.
+TEST_P(CudaMatchesCpu, BitIdentical) {
+  SKIP_WITHOUT_GPU();
+  const auto [dtype, n] = GetParam();
+  std::mt19937_64 rng(0x5eed + static_cast<unsigned>(n) * 31 + static_cast<unsigned>(dtype));
+  const std::vector<SgdConfig> all = configs();
+  for (std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{1001}}) {
+    for (const SgdConfig& cfg : all) {
+      for (bool first_step : {false, true}) {
+        for (bool misaligned : {false, true}) {
+          const Case c{dtype, n, count, first_step, misaligned};
+          SliceFixture f(c, cfg, rng);
+          const SliceUpdate u = f.device_update();
+          fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+          f.expect_matches_cpu(cfg, describe(c, cfg));
+        }
+      }
+    }
+  }
+  const SgdConfig& cfg = all[static_cast<std::size_t>(n + static_cast<int>(dtype)) % all.size()];
+  for (bool misaligned : {false, true}) {
+    const Case c{dtype, n, 1000003, n % 2 == 0, misaligned};
+    SliceFixture f(c, cfg, rng);
+    const SliceUpdate u = f.device_update();
+    fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+    f.expect_matches_cpu(cfg, describe(c, cfg));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypesAndGradCounts, CudaMatchesCpu,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16),
+                                            ::testing::Range(1, 17)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_N" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// One launch over tiny, empty and huge slices of every dtype, aligned and misaligned, with
+// gradient counts on both sides of the N <= 8 specialisations and mixed first steps.
+TEST(CudaFusedSgd, OneLaunchMixesSlices) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(77);
+  for (const SgdConfig& cfg : configs()) {
+    const std::vector<Case> cases = {
+        {DType::kF32, 3, 1, false, false},      {DType::kBF16, 9, 1000003, false, false},
+        {DType::kF16, 1, 7, true, true},        {DType::kF32, 16, 0, false, false},
+        {DType::kF32, 2, 1000003, true, true},  {DType::kBF16, 4, 3, false, true},
+        {DType::kF16, 12, 4099, false, false},  {DType::kF32, 8, 33, true, false},
+        {DType::kF16, 5, 1000003, false, true}, {DType::kBF16, 1, 8, true, false},
+    };
+    std::vector<std::unique_ptr<SliceFixture>> fixtures;
+    std::vector<SliceUpdate> updates;
+    for (const Case& c : cases) {
+      fixtures.push_back(std::make_unique<SliceFixture>(c, cfg, rng));
+      updates.push_back(fixtures.back()->device_update());
+    }
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    fused_sgd_cuda(updates, cfg, stream);  // blocking: results are ready on return
+    for (std::size_t i = 0; i < cases.size(); ++i)
+      fixtures[i]->expect_matches_cpu(
+          cfg, "slice " + std::to_string(i) + ": " + describe(cases[i], cfg));
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  }
+}
+
+TEST(CudaFusedSgd, ApplyUpdateDispatchesDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  const SgdConfig cfg{0.03f, 0.9f, 0.f, 1e-4f, true};
+  SliceFixture f({DType::kBF16, 4, 1000, false, false}, cfg, rng);
+  apply_update(f.device_update(), cfg, MemoryType::kCuda);
+  f.expect_matches_cpu(cfg, "apply_update(kCuda)");
+}
+
+TEST(CudaFusedSgd, HostWeightsAreRejected) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> w(16, 1.f);
+  std::vector<float> g(16, 1.f);
+  const void* grads[] = {g.data()};
+  SliceUpdate u;
+  u.weights = w.data();
+  u.grads = grads;
+  u.num_grads = 1;
+  u.count = w.size();
+  try {
+    fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), SgdConfig{}, nullptr);
+    FAIL() << "host weights were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("not CUDA device memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(w, std::vector<float>(16, 1.f));
+}
+
+// Runs without a GPU: every check happens before the first CUDA call. The pointers are host
+// pointers that must never be touched.
+TEST(CudaFusedSgdValidation, RejectsUnusableSlicesBeforeAnyCudaCall) {
+  float w[4] = {1.f, 2.f, 3.f, 4.f};
+  float m[4] = {};
+  const float g[4] = {};
+  const void* grads[] = {g, g};
+  const void* grads_with_null[] = {g, nullptr};
+  const SliceUpdate good{w, m, grads, 2, DType::kF32, 4, 0.5f, false};
+  const SgdConfig with_momentum{0.1f, 0.9f, 0.f, 0.f, false};
+
+  const auto expect_invalid = [&](SliceUpdate bad, const SgdConfig& cfg, const char* needle) {
+    // The bad slice comes second, after a usable one: the whole batch is refused.
+    const SliceUpdate batch[] = {good, bad};
+    try {
+      fused_sgd_cuda(batch, cfg, nullptr);
+      ADD_FAILURE() << "accepted a slice with " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("slice 1"), std::string::npos) << what;
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+    }
+  };
+  SliceUpdate u = good;
+  u.weights = nullptr;
+  expect_invalid(u, with_momentum, "weights is null");
+  u = good;
+  u.momentum = nullptr;
+  expect_invalid(u, with_momentum, "momentum buffer is null");
+  u = good;
+  u.grads = nullptr;
+  expect_invalid(u, with_momentum, "grads is null");
+  u = good;
+  u.grads = grads_with_null;
+  expect_invalid(u, with_momentum, "grads[1] of 2 is null");
+  u = good;
+  u.num_grads = 0;
+  expect_invalid(u, with_momentum, "num_grads is 0");
+  u = good;
+  u.dtype = static_cast<DType>(7);
+  expect_invalid(u, with_momentum, "unknown gradient dtype 7");
+  const float unchanged[4] = {1.f, 2.f, 3.f, 4.f};
+  EXPECT_EQ(std::memcmp(w, unchanged, sizeof w), 0);
+
+  // Through the dispatch as well.
+  u = good;
+  u.weights = nullptr;
+  try {
+    apply_update(u, with_momentum, MemoryType::kCuda);
+    ADD_FAILURE() << "apply_update accepted null weights";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+}
+
+// Nothing to do means no CUDA call at all, so this passes without a GPU too.
+TEST(CudaFusedSgdValidation, EmptyBatchesDoNotTouchTheGpu) {
+  EXPECT_NO_THROW(fused_sgd_cuda(std::span<const SliceUpdate>(), SgdConfig{}, nullptr));
+  float w[1] = {1.f};
+  const float g[1] = {1.f};
+  const void* grads[] = {g};
+  const SliceUpdate empty{w, nullptr, grads, 1, DType::kF32, 0, 1.f, false};
+  const SliceUpdate batch[] = {empty, empty};
+  EXPECT_NO_THROW(fused_sgd_cuda(batch, SgdConfig{}, nullptr));
+  EXPECT_EQ(w[0], 1.f);
+}
+
+}  // namespace
+}  // namespace psrt::kernels
