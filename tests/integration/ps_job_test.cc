@@ -125,6 +125,7 @@ TEST(Job, SspKeepsEveryWorkerWithinTheStalenessBound) {
 TEST(Job, ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers) {
   auto trace = scratch("elastic_trace.jsonl");
   auto stop = scratch("elastic_stop");
+  scratch("elastic_stop.rank0-left");  // rank 0 writes it once it has left
   auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 3 --aggregate sum --lr 1",
                  "elastic --stop-file " + stop.string());
   ASSERT_EQ(r.rc, 0) << r.out;

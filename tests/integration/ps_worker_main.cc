@@ -161,14 +161,22 @@ void elastic(psrt::Worker& w, const Args& a) {
     if (f) std::fclose(f);
     return;
   }
-  for (int t = 0; t < 10'000 && !std::filesystem::exists(a.stop_file); ++t)
-    w.push_pull(0, g, out).wait();
-  if (w.rank() == 1) {
-    // Let rank 0 leave first, so that the last pull sees every applied round.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    w.pull(0, out).wait();
-    std::printf("FINAL %.1f\n", static_cast<double>(out[0]));
+  // Rank 0 stops at the stop file and leaves; rank 1 keeps pushing until rank 0 has left (a
+  // round rank 0 started may need rank 1's gradient), so that rank 1 ends as the only worker and
+  // its last pull sees every round the servers applied.
+  const std::string rank0_left = a.stop_file + ".rank0-left";
+  if (w.rank() == 0) {
+    for (int t = 0; t < 10'000 && !std::filesystem::exists(a.stop_file); ++t)
+      w.push_pull(0, g, out).wait();
+    w.shutdown();
+    std::FILE* f = std::fopen(rank0_left.c_str(), "w");
+    if (f) std::fclose(f);
+    return;
   }
+  for (int t = 0; t < 20'000 && !std::filesystem::exists(rank0_left); ++t)
+    w.push_pull(0, g, out).wait();
+  w.pull(0, out).wait();
+  std::printf("FINAL %.1f\n", static_cast<double>(out[0]));
 }
 
 // Ranks 1 and 2 of the attack job: sum of their two gradients, lr 1, exact every round.
