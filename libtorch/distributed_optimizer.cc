@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "base/fnv.h"
 #include "base/log.h"
 #include "libtorch/impl.h"
 #include "libtorch/registry.h"
@@ -28,16 +29,11 @@ at::ScalarType wire_type(GradType t) {
 }  // namespace
 
 Key key_of(const std::string& parameter_name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (unsigned char c : parameter_name) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(parameter_name.data(), parameter_name.size());
 }
 
 DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Options options)
-    : worker_(worker), model_(model), options_(options) {
+    : worker_(worker), options_(options) {
   std::unordered_map<Key, std::string> names_by_key;
   std::unordered_map<const c10::TensorImpl*, int> slot_of;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {

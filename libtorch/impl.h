@@ -61,7 +61,6 @@ class DistributedOptimizer::Impl {
   void rethrow_locked();
 
   Worker& worker_;
-  ::torch::nn::Module& model_;
   Options options_;
   std::vector<Slot> slots_;
   std::vector<std::string> names_;

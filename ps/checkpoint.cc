@@ -11,6 +11,7 @@
 
 #include <fmt/core.h>
 
+#include "base/fnv.h"
 #include "base/sys_check.h"
 #include "transport/wire.h"
 
@@ -22,10 +23,8 @@ constexpr std::uint32_t kSliceMagic = 0x4b435350;  // "PSCK"
 constexpr std::uint32_t kFormat = 1;
 constexpr std::size_t kFileHeader = 64;
 
-std::uint64_t fnv1a(std::span<const float> a, std::uint64_t h = 1469598103934665603ull) {
-  auto* p = reinterpret_cast<const unsigned char*>(a.data());
-  for (std::size_t i = 0; i < a.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+std::uint64_t fnv1a(std::span<const float> a, std::uint64_t h = kFnv1aOffset) {
+  return psrt::fnv1a(a.data(), a.size_bytes(), h);
 }
 
 std::string round_dir(const std::string& dir, std::uint64_t round) {

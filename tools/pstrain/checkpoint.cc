@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "base/fnv.h"
 #include "psrt/error.h"
 
 namespace psrt::pstrain {
@@ -32,15 +33,10 @@ void write_atomically(const fs::path& path, const std::function<void(const std::
 }  // namespace
 
 std::string weights_digest(const ::torch::nn::Module& model) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = kFnv1aOffset;
   for (const auto& p : model.parameters()) {
     auto t = p.detach().contiguous();
-    const auto* b = static_cast<const unsigned char*>(t.data_ptr());
-    const auto n = static_cast<std::size_t>(t.numel()) * t.element_size();
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= b[i];
-      h *= 0x100000001b3ull;
-    }
+    h = fnv1a(t.data_ptr(), static_cast<std::size_t>(t.numel()) * t.element_size(), h);
   }
   return fmt::format("{:016x}", h);
 }

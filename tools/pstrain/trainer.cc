@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -20,6 +19,7 @@
 #include "pstrain/evaluate.h"
 #include "pstrain/lr_schedule.h"
 #include "pstrain/report.h"
+#include "runtime/env_contract.h"
 
 namespace psrt::pstrain {
 namespace {
@@ -30,14 +30,10 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Cores shared by the processes of the job on this host: psrun's local launcher starts every
-// worker and server here, and a server needs a core too. --no-ps takes every core.
-int auto_threads(bool no_ps) {
+// This host's cores shared by `processes`: psrun's local launcher starts every worker and
+// server of the job here, and a server needs a core too.
+int threads_per_process(int processes) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (no_ps) return cores;
-  int processes = 0;
-  for (const char* v : {"PSRT_NUM_WORKERS", "PSRT_NUM_SERVERS"})
-    if (const char* n = std::getenv(v)) processes += std::max(0, std::atoi(n));
   return std::max(1, cores / std::max(1, processes));
 }
 
@@ -69,7 +65,6 @@ std::string metrics_path(const std::string& path, int rank) {
 void train(const TrainOptions& o) {
   validate(o);
   const auto wall_start = Clock::now();
-  at::set_num_threads(o.threads > 0 ? o.threads : auto_threads(o.no_ps));
 
   SyntheticSpec synthetic;
   synthetic.train_size = o.synthetic_size;
@@ -87,6 +82,8 @@ void train(const TrainOptions& o) {
     rank = worker->rank();
     world = worker->num_workers();
   }
+  at::set_num_threads(o.threads > 0 ? o.threads
+                                    : threads_per_process(worker ? world + worker->num_servers() : 1));
 
   std::unique_ptr<::torch::optim::SGD> local;
   if (o.no_ps)
@@ -132,8 +129,8 @@ void train(const TrainOptions& o) {
   // gradient is applied alone, N times as often: each gets lr / N, the same step per sample.
   float base_lr = o.lr;
   if (worker) {
-    const char* mode = std::getenv("PSRT_MODE");
-    if (mode && std::string(mode) != "sync" && world > 1) {
+    const std::string mode = runtime::env_string("PSRT_MODE");
+    if (mode != "sync" && world > 1) {
       base_lr = o.lr / static_cast<float>(world);
       if (rank == 0)
         PSRT_LOG_INFO("mode {}: each gradient is applied alone, with lr {} / {} workers = {}",

@@ -282,22 +282,25 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
     PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id_, peer_, st.message());
     return close_on_loop(st, false);
   }
-  op->arrival = next_arrival_++;
-  auto& u = undelivered_[op->arrival];
+  op->arrival = queue_on_loop(header, placement, /*landed=*/false);
+  recvs_.insert(op.release());
+}
+
+std::uint64_t UcxConnection::queue_on_loop(std::span<const std::byte> header,
+                                           const Placement& placement, bool landed) {
+  const std::uint64_t arrival = next_arrival_++;
+  auto& u = undelivered_[arrival];
   u.header_len = header.size();
   std::memcpy(u.header.data(), header.data(), header.size());
   u.placement = placement;
-  recvs_.insert(op.release());
+  u.landed = landed;
+  return arrival;
 }
 
 void UcxConnection::deliver_or_queue_on_loop(std::span<const std::byte> header,
                                              const Placement& placement) {
   if (undelivered_.empty()) return ctx_->receiver().on_message(*this, header, placement);
-  auto& u = undelivered_[next_arrival_++];
-  u.header_len = header.size();
-  std::memcpy(u.header.data(), header.data(), header.size());
-  u.placement = placement;
-  u.landed = true;
+  queue_on_loop(header, placement, /*landed=*/true);
 }
 
 void UcxConnection::deliver_in_order_on_loop() {

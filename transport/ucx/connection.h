@@ -62,6 +62,10 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   // Hands `header` to on_message now when nothing that arrived before it is still landing,
   // else queues it (complete) behind the rendezvous receive that is.
   void deliver_or_queue_on_loop(std::span<const std::byte> header, const Placement& placement);
+  // Appends a message to undelivered_ (its payload landed, or a rendezvous receive still
+  // fetching it); returns its arrival number.
+  std::uint64_t queue_on_loop(std::span<const std::byte> header, const Placement& placement,
+                              bool landed);
   // Delivers the complete messages at the front of undelivered_, in arrival order.
   void deliver_in_order_on_loop();
   // Completes the sends UCX still holds with `why`; UCX 1.13 does not complete them itself when
