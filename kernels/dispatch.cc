@@ -11,17 +11,18 @@
 
 namespace psrt::kernels {
 
-void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where) {
+void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
+                  void* stream) {
   switch (where) {
     case MemoryType::kHost:
       fused_sgd_cpu(u, cfg);
       return;
     case MemoryType::kCuda:
 #if PSRT_HAVE_CUDA
-      // On the legacy default stream of the device holding the weights; blocking.
-      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, stream);
       return;
 #else
+      (void)stream;
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("apply_update: the slice of {} {} values is in CUDA memory (CUDA "
                               "update not built into this psrt); keep server slices in host "

@@ -12,10 +12,11 @@
 namespace psrt::kernels {
 
 // Applies one slice's update where its buffers live (weights, momentum and every gradient must
-// all be in `where`). Blocking: a CUDA update runs on the legacy default stream of the device
-// holding the weights and is complete on return. Throws psrt::Error: kInvalidArgument for an
+// all be in `where`). Blocking: a CUDA update runs on `stream` (a cudaStream_t of the device
+// holding the weights; null = its legacy default stream) and is complete on return. Throws psrt::Error: kInvalidArgument for an
 // unusable update (see fused_sgd_cpu), kUnsupported for device memory in a build without the
 // CUDA update (or with no usable GPU), kSystem for a failing CUDA call.
-void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where);
+void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
+                  void* stream = nullptr);
 
 }  // namespace psrt::kernels

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/checkpoint.h"
+#include "ps/server_device.h"
 
 namespace psrt::ps {
 namespace {
@@ -24,6 +25,7 @@ bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
 }  // namespace
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {
+  if (config_.device.is_cuda()) gpu_ = std::make_unique<Gpu>(config_.device.index);
   if (!config_.trace_path.empty()) {
     trace_ = std::fopen(config_.trace_path.c_str(), "a");
     if (!trace_)
@@ -128,7 +130,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     if (it != s.free.end()) {
       in.grad = std::move(*it);
       s.free.erase(it);
-    } else {
+    } else if (!gpu_) {
       in.grad.data = std::make_unique_for_overwrite<std::byte[]>(size);
       in.grad.size = size;
     }
@@ -139,11 +141,17 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     throw refuse(ErrorCode::kProtocol,
                  fmt::format("a server does not accept {}", to_string(h.type)));
   }
-  void* data = in.init.empty() ? static_cast<void*>(in.grad.data.get()) : in.init.data();
-  const std::uint64_t cookie = next_cookie_.fetch_add(1);
+  transport::Placement p{{in.init.data(), size}, next_cookie_.fetch_add(1)};
+  if (in.slice) {
+    if (gpu_) {
+      place_on_device(in.grad, size, p);
+    } else {
+      p.dest.data = in.grad.data.get();
+    }
+  }
   std::lock_guard lock(inflight_mu_);
-  inflight_[{peer.id(), cookie}] = std::move(in);
-  return {{data, size}, cookie};
+  inflight_[{peer.id(), p.cookie}] = std::move(in);
+  return p;
 }
 
 void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
@@ -210,6 +218,7 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
         } else {
           fresh->weights = std::move(in.init);
         }
+        if (gpu_) init_on_device(*fresh);
       } catch (const Error& e) {
         slices_.erase({h.key, h.arg0});
         lock.unlock();
@@ -277,6 +286,7 @@ void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::
 void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
   Slice& s = *in.slice;
   const auto rank = peer.rank();
+  if (gpu_) after_receive_on_device(in.grad);
   bool member = false;
   {
     std::lock_guard lock(s.mu);
@@ -367,7 +377,7 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
       std::lock_guard lock(s.mu);
       r.round = s.version;
     }
-    ConstBuffer b{s.weights.data(), s.count * sizeof(float)};
+    ConstBuffer b = pull_source(s);
     w.peer->send(r, {&b, 1}, [this, &s](const Status&) {
       {
         std::lock_guard lock(s.mu);
@@ -406,36 +416,41 @@ void Server::run_update(Update& u) {
     cfg = config_.sgd;
   }
   if (u.grads.front().lr > 0.f) cfg.lr = u.grads.front().lr;
-  // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
-  // flight either), so the update runs without the slice lock.
-  bool first_step = false;
-  if (cfg.momentum != 0.f && s.momentum.empty()) {
-    s.momentum.assign(s.count, 0.f);
-    first_step = true;
-  }
-  std::vector<const void*> grads;
-  for (const auto& g : u.grads) grads.push_back(g.data.get());
-  kernels::SliceUpdate k;
-  k.weights = s.weights.data();
-  k.momentum = s.momentum.empty() ? nullptr : s.momentum.data();
-  k.grads = grads.data();
-  k.num_grads = static_cast<int>(grads.size());
-  k.dtype = to_dtype(u.grads.front().dtype);
-  k.count = s.count;
-  k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
-  k.first_step = first_step;
-  try {
-    kernels::apply_update(k, cfg, MemoryType::kHost);
-  } catch (const Error& e) {
-    PSRT_LOG_ERROR("update of key {} slice {} failed: {}", s.key, s.index, e.what());
-  }
   std::uint64_t version;
   {
     std::lock_guard lock(s.mu);
     version = s.version + 1;
   }
-  if (!config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
-      version % config_.checkpoint_every == 0) {
+  const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
+                              version % config_.checkpoint_every == 0;
+  // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
+  // flight either), so the update runs without the slice lock.
+  try {
+    if (gpu_) {
+      update_on_device(s, u, cfg, checkpoint_due);
+    } else {
+      bool first_step = false;
+      if (cfg.momentum != 0.f && s.momentum.empty()) {
+        s.momentum.assign(s.count, 0.f);
+        first_step = true;
+      }
+      std::vector<const void*> grads;
+      for (const auto& g : u.grads) grads.push_back(g.data.get());
+      kernels::SliceUpdate k;
+      k.weights = s.weights.data();
+      k.momentum = s.momentum.empty() ? nullptr : s.momentum.data();
+      k.grads = grads.data();
+      k.num_grads = static_cast<int>(grads.size());
+      k.dtype = to_dtype(u.grads.front().dtype);
+      k.count = s.count;
+      k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
+      k.first_step = first_step;
+      kernels::apply_update(k, cfg, MemoryType::kHost);
+    }
+  } catch (const Error& e) {
+    PSRT_LOG_ERROR("update of key {} slice {} failed: {}", s.key, s.index, e.what());
+  }
+  if (checkpoint_due) {
     try {
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
                              s.total, version, s.weights, s.momentum);

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "device/cuda_device.h"
+#include "device/memory.h"
 #include "kernels/fused_sgd.h"
 #include "ps/consistency.h"
 #include "ps/endpoint.h"
@@ -39,6 +41,7 @@ struct ServerConfig {
   int threads = 1;                 // compute pool size (updates of different slices in parallel)
   std::uint64_t max_queued = 64;   // gradients one worker may have queued on one slice
   std::string trace_path;          // JSON line per applied update (tests and debugging)
+  device::DeviceSpec device;       // where slices live and updates run (psrun --server-device)
 };
 
 class Server final : public Handler {
@@ -55,6 +58,10 @@ class Server final : public Handler {
   void set_resume_round(std::uint64_t round) { config_.resume_round = round; }
   // Stops the compute pool after the queued updates; idempotent.
   void stop();
+  // Tells the server what its transport carries, before it receives anything: with a CUDA
+  // server it picks how gradients reach the device and how pulls leave it, and logs that choice.
+  // Returns the line it logged (empty for a cpu server).
+  std::string set_transport(const transport::Transport& t);
 
   transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
@@ -63,7 +70,11 @@ class Server final : public Handler {
 
  private:
   struct GradBuf {
-    std::unique_ptr<std::byte[]> data;
+    std::unique_ptr<std::byte[]> data;  // cpu server: the payload lands here
+    device::PinnedMemory pinned;  // cuda server, staged path: the payload lands here...
+    device::DeviceMemory dev;     // ...and is copied here (the receive slot the kernel reads);
+                                  // with a CUDA-capable transport it lands here directly
+    device::Event copied;         // the copy into `dev`, when staged
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
     float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
@@ -83,7 +94,11 @@ class Server final : public Handler {
     std::mutex mu;
     std::uint64_t key = 0, offset = 0, count = 0, total = 0;
     std::uint32_t index = 0;
+    // cpu server: the slice. cuda server: `weights` is the host mirror of d_weights (pinned; what
+    // staged pulls are sent from and checkpoints read), `momentum` is filled for checkpoints only.
     std::vector<float> weights, momentum;
+    device::DeviceMemory d_weights, d_momentum;
+    device::HostRegistration pinned_weights;
     std::uint64_t version = 0;
     std::map<std::uint32_t, WorkerState> workers;  // live ranks
     std::vector<GradBuf> free;
@@ -118,6 +133,13 @@ class Server final : public Handler {
   void send_pull_replies(Slice& s, std::vector<PullWaiter> ready);
   void submit(Update u);
   void run_update(Update& u);
+  // The cuda server's parts (ps/server_device.cc).
+  struct Gpu;
+  void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);
+  void after_receive_on_device(GradBuf& g);
+  void init_on_device(Slice& s);
+  void update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg, bool checkpoint_due);
+  ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
   void trace(const Update& u, std::uint64_t version);
 
@@ -139,6 +161,8 @@ class Server final : public Handler {
   std::deque<Update> pool_queue_;
   bool stopping_ = false;
   std::vector<std::thread> pool_;
+
+  std::unique_ptr<Gpu> gpu_;  // null for a cpu server
 
   std::mutex trace_mu_;
   std::FILE* trace_ = nullptr;

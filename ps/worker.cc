@@ -181,56 +181,108 @@ void Worker::Impl::init(Key key, std::span<const float> value) {
   if (value.empty())
     throw Error(ErrorCode::kInvalidArgument, fmt::format("init of key {} with 0 elements", key));
   layout(key, value.size());  // places the key on first sight; checks its size otherwise
-  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {}).wait();
+  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {})
+      .wait();
 }
 
 Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
-                             std::span<float> out) {
+                             MutableBuffer out) {
   check_open();
   auto l = layout(key, 0);
   const std::size_t esize = ps::wire_size(dtype);
   const std::string op(ps::to_string(type));
   const std::uint32_t lr = lr_bits_.load(std::memory_order_relaxed);
-  if (type != MsgType::kPull && grad.size != l->total * esize)
+  const bool sends_grad = type != MsgType::kPull;
+  if (sends_grad && grad.size != l->total * esize)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", op,
                             key, grad.size / esize, l->total));
   const bool replies_weights = type == MsgType::kPull || type == MsgType::kPushPull;
-  if (replies_weights && out.size() != l->total)
+  if (replies_weights && out.size != l->total * sizeof(float))
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the output has {} elements but the key holds {}", op,
-                            key, out.size(), l->total));
+                            key, out.size / sizeof(float), l->total));
   auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
                                                   options_.op_timeout,
                                                   fmt::format("{} of key {}", op, key));
   for (const auto& s : l->slices) {
     Header h;
     h.type = type;
-    h.dtype = dtype;
+    h.dtype = replies_weights && !sends_grad ? ps::WireType::kF32 : dtype;
     h.key = key;
     h.offset = s.offset;
     h.count = s.count;
     h.total = l->total;
     h.arg0 = s.index;
     if (type == MsgType::kPush || type == MsgType::kPushPull) h.arg1 = lr;
-    MutableBuffer dest;
-    if (replies_weights) dest = {out.data() + s.offset, s.count * sizeof(float)};
     auto& server = *servers_[s.server];
-    h.request_id = requests_.add(server, fmt::format("{} of key {} slice {}", op, key, s.index),
-                                 [st](const Status& status, const Header&,
-                                      std::span<const std::byte>) { st->complete_part(status); },
-                                 dest);
-    const auto id = h.request_id;
+    const std::string what = fmt::format("{} of key {} slice {}", op, key, s.index);
+    ConstBuffer src{static_cast<const std::byte*>(grad.data) + s.offset * esize, s.count * esize,
+                    grad.memory};
+    MutableBuffer dest;
+    if (replies_weights)
+      dest = {static_cast<std::byte*>(out.data) + s.offset * sizeof(float),
+              s.count * sizeof(float), out.memory};
+    ps::DeviceStaging* grad_staging = sends_grad ? staging_for(src, s.server) : nullptr;
+    ps::DeviceStaging* out_staging = replies_weights ? staging_for(dest, s.server) : nullptr;
+
+    ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
+      st->complete_part(status);
+    };
+    if (out_staging) {
+      // The reply lands in pinned memory and reaches `out` by one more copy before completion.
+      auto pinned = out_staging->take(dest.size);
+      done = [st, out_staging, pinned, dest](const Status& status, const Header&,
+                                               std::span<const std::byte>) {
+        if (!status.ok()) {
+          out_staging->give(pinned);
+          return st->complete_part(status);
+        }
+        try {
+          out_staging->copy_then(dest.data, pinned->data(), dest.size,
+                                 [st, out_staging, pinned](const Status& copied) {
+                                   out_staging->give(pinned);
+                                   st->complete_part(copied);
+                                 });
+        } catch (const Error& e) {
+          out_staging->give(pinned);
+          st->complete_part(Status(e));
+        }
+      };
+      dest = {pinned->data(), dest.size, MemoryType::kHost};
+    }
+    const auto id = requests_.add(server, what, std::move(done), dest);
+    h.request_id = id;
     auto on_sent = [this, id, st](const Status& status) {
       st->sent_part();
       if (!status.ok()) requests_.fail(id, status);
     };
-    if (type == MsgType::kPull) {
-      h.dtype = ps::WireType::kF32;
+    if (!sends_grad) {
       server.send(h, {}, on_sent);
+    } else if (!grad_staging) {
+      server.send(h, {&src, 1}, on_sent);
     } else {
-      ConstBuffer b{static_cast<const std::byte*>(grad.data) + s.offset * esize, s.count * esize};
-      server.send(h, {&b, 1}, on_sent);
+      // Sent once this slice's copy is done; the copies of later slices go on meanwhile.
+      auto pinned = grad_staging->take(src.size);
+      auto peer = servers_[s.server];
+      try {
+        grad_staging->copy_then(
+            pinned->data(), src.data, src.size,
+            [h, peer, pinned, grad_staging, on_sent, size = src.size](const Status& copied) {
+              if (!copied.ok()) {
+                grad_staging->give(pinned);
+                return on_sent(copied);
+              }
+              ConstBuffer b{pinned->data(), size};
+              peer->send(h, {&b, 1}, [pinned, grad_staging, on_sent](const Status& sent) {
+                grad_staging->give(pinned);
+                on_sent(sent);
+              });
+            });
+      } catch (const Error& e) {
+        grad_staging->give(pinned);
+        on_sent(Status(e));
+      }
     }
   }
   return Handle(st);
@@ -272,6 +324,7 @@ void Worker::Impl::shutdown() {
   }
   state_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  stop_staging();
   transport_->shutdown();
   requests_.fail_all(Status(ErrorCode::kCancelled, "the worker shut down"));
 }
@@ -334,7 +387,8 @@ Handle Worker::push(Key key, const std::uint16_t* grad, std::size_t count, GradT
 }
 
 Handle Worker::pull(Key key, std::span<float> out) {
-  return impl_->data_op(MsgType::kPull, key, {}, ps::WireType::kF32, out);
+  return impl_->data_op(MsgType::kPull, key, {}, ps::WireType::kF32,
+                        {out.data(), out.size_bytes()});
 }
 
 Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
@@ -343,7 +397,7 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("push_pull of key {}: grad and out overlap", key));
   return impl_->data_op(MsgType::kPushPull, key, {grad.data(), grad.size_bytes()},
-                        ps::WireType::kF32, out);
+                        ps::WireType::kF32, {out.data(), out.size_bytes()});
 }
 
 void Worker::barrier() { impl_->barrier(); }

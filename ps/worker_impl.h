@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "ps/device_staging.h"
 #include "ps/endpoint.h"
 #include "ps/requests.h"
 #include "psrt/psrt.h"
@@ -50,9 +51,9 @@ class Worker::Impl final : public ps::Handler {
   void set_learning_rate(float lr);
   void init(Key key, std::span<const float> value);
   // One request per slice of `key`: INIT/PUSH/PUSH_PULL send `grad`'s slice, PULL/PUSH_PULL
-  // replies land in `out`'s slice.
+  // replies land in `out`'s slice (fp32). Either may be device memory (ps/worker_device.cc).
   Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
-                 std::span<float> out);
+                 MutableBuffer out);
   void barrier();
   void shutdown();
 
@@ -68,6 +69,10 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
+  // Device memory (ps/worker_device.cc): the staging of CUDA device `device` when the transport
+  // cannot carry device memory (path c), else null; logs the path once per server.
+  ps::DeviceStaging* staging_for(const ConstBuffer& b, std::uint32_t server);
+  void stop_staging();
 
   WorkerOptions options_;
   std::shared_ptr<ps::Endpoint> endpoint_;
@@ -82,6 +87,10 @@ class Worker::Impl final : public ps::Handler {
 
   std::mutex layouts_mu_;
   std::map<Key, std::shared_ptr<const Layout>> layouts_;
+
+  std::mutex staging_mu_;
+  std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;  // by CUDA device
+  std::vector<bool> path_logged_;                              // by server
 
   std::mutex state_mu_;
   std::condition_variable state_cv_;

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "device/cuda_device.h"
 #include "ps/requests.h"
 #include "runtime/env_contract.h"
 #include "transport/factory.h"
@@ -34,6 +35,11 @@ ps::ServerConfig server_config_from_env() {
   c.checkpoint_every = static_cast<std::uint64_t>(env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40));
   c.threads = static_cast<int>(env_int("PSRT_SERVER_THREADS", 1, 256));
   c.trace_path = env_string("PSRT_SERVER_TRACE");
+  try {
+    c.device = device::parse_device(env_string("PSRT_SERVER_DEVICE"));
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("PSRT_SERVER_DEVICE: ") + e.what());
+  }
   return c;
 }
 
@@ -83,6 +89,7 @@ int run_server_from_env() {
   topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
   topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
+  server.set_transport(*transport);
   const auto address = transport->listen(env_string("PSRT_HOST") + ":0");
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,
                                 topts.connect_timeout);

@@ -39,6 +39,7 @@
 #include <span>
 #include <string>
 
+#include "psrt/buffer.h"
 #include "psrt/error.h"
 
 namespace psrt {
@@ -144,6 +145,21 @@ class Worker {
   // push + pull in one message per slice: `out` = the weights after the round that includes
   // `grad`. `grad` and `out` may not overlap.
   Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);
+
+  // The same three calls on memory-typed views, for GPU tensors (e.g. a LibTorch CUDA tensor's
+  // data_ptr() with MemoryType::kCuda) as well as host memory. `grad` holds count elements of
+  // `type`; `out` holds count fp32 values (size in bytes). Device memory:
+  // - its bytes must be final when you call (synchronise the stream that wrote them first);
+  //   `out` is written when the Handle completes and is then visible to every stream;
+  // - how it travels is chosen per server and logged once: handed to the transport as is when
+  //   the transport carries CUDA memory (UCX built with CUDA: GPUDirect RDMA / cuda_ipc), else
+  //   staged through pinned host buffers with the copies pipelined against the sends;
+  // - a buffer marked kCuda that the CUDA runtime does not know is refused
+  //   (kInvalidArgument), and so is any kCuda buffer where CUDA is unusable (kUnsupported).
+  // A buffer marked kHost is taken as host memory without asking the CUDA runtime.
+  Handle push(Key key, ConstBuffer grad, GradType type);
+  Handle pull(Key key, MutableBuffer out);
+  Handle push_pull(Key key, ConstBuffer grad, GradType type, MutableBuffer out);
 
   // Blocks until every live worker has called barrier(). Bounded by PSRT_OP_TIMEOUT_MS.
   void barrier();

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "ps/auth.h"
 #include "ps/consistency.h"
+#include "device/cuda_device.h"
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/scheduler.h"
@@ -38,6 +39,7 @@ struct Args {
   std::string secret_file;
   std::string launcher = "local";
   int server_threads = 1;
+  std::string server_device = "cpu";
   std::vector<std::string> command;
 };
 
@@ -92,6 +94,7 @@ int run(const Args& a) {
       {"PSRT_CHECKPOINT_DIR", a.checkpoint_dir},
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
+      {"PSRT_SERVER_DEVICE", a.server_device},
   };
   // Busy-polling progress threads steal the cores that training computes on when this host
   // runs as many processes as it has cores: let them sleep between events then.
@@ -183,6 +186,17 @@ int main(int argc, char** argv) {
   app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--server-device", a.server_device,
+                 "where servers keep slices and run updates: cpu, cuda (= cuda:0) or cuda:N")
+      ->check([](const std::string& v) {
+        try {
+          psrt::device::parse_device(v);
+          return std::string();
+        } catch (const psrt::Error& e) {
+          return std::string(e.what());
+        }
+      })
       ->capture_default_str();
   bool help_env = false;
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");

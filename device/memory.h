@@ -1,0 +1,147 @@
+// Owners of GPU-side resources: device allocations, pinned host memory, streams and events.
+// Move-only RAII types; the default-constructed ones own nothing. Builds without CUDA: there,
+// allocating or creating anything throws psrt::Error(kUnsupported) and nothing else is reachable.
+//
+//   device::Stream copies(0);                                  // on cuda:0
+//   auto slot = device::DeviceMemory::allocate(0, bytes);
+//   auto staging = device::PinnedMemory::allocate(bytes);
+//   device::copy_async(slot.data(), staging.data(), bytes, copies);
+//   device::Event done = device::Event::record(copies);
+//   done.synchronize();
+//
+// Every failing CUDA call throws psrt::Error naming the call (kernels/cuda_check.h). Destructors
+// never throw: a failing free is logged.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+namespace psrt::device {
+
+// Makes `device` current on the calling thread for the scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// cudaMalloc'd memory on one device.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  static DeviceMemory allocate(int device, std::size_t bytes);
+  DeviceMemory(DeviceMemory&& o) noexcept { swap(o); }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    DeviceMemory(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~DeviceMemory();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  int device() const noexcept { return device_; }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+
+ private:
+  void swap(DeviceMemory& o) noexcept;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  int device_ = -1;
+};
+
+// Page-locked host memory (cudaHostAlloc, portable to every device): the staging area that DMA
+// reads and writes without the driver's own bounce copy.
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  static PinnedMemory allocate(std::size_t bytes);
+  PinnedMemory(PinnedMemory&& o) noexcept { swap(o); }
+  PinnedMemory& operator=(PinnedMemory&& o) noexcept {
+    PinnedMemory(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~PinnedMemory();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+
+ private:
+  void swap(PinnedMemory& o) noexcept;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Pins existing host memory (cudaHostRegister) for as long as it lives: the memory must outlive
+// it and must not move (do not resize a vector it covers).
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  static HostRegistration pin(void* data, std::size_t bytes);
+  HostRegistration(HostRegistration&& o) noexcept { swap(o); }
+  HostRegistration& operator=(HostRegistration&& o) noexcept {
+    HostRegistration(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~HostRegistration();
+
+ private:
+  void swap(HostRegistration& o) noexcept;
+  void* data_ = nullptr;
+};
+
+// A non-blocking stream (does not synchronise with the legacy default stream) on one device.
+class Stream {
+ public:
+  Stream() = default;
+  explicit Stream(int device);
+  Stream(Stream&& o) noexcept { swap(o); }
+  Stream& operator=(Stream&& o) noexcept {
+    Stream(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Stream();
+
+  void* handle() const noexcept { return stream_; }  // a cudaStream_t
+  int device() const noexcept { return device_; }
+  void synchronize() const;  // waits for everything queued; throws a failure of that work
+
+ private:
+  void swap(Stream& o) noexcept;
+  void* stream_ = nullptr;
+  int device_ = -1;
+};
+
+// A point in a stream's work (timing disabled: cheapest to record and wait on).
+class Event {
+ public:
+  Event() = default;
+  static Event record(const Stream& stream);
+  Event(Event&& o) noexcept { swap(o); }
+  Event& operator=(Event&& o) noexcept {
+    Event(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Event();
+
+  explicit operator bool() const noexcept { return event_ != nullptr; }
+  bool ready() const;           // the work before it has finished (throws its failure)
+  void synchronize() const;     // blocks until then
+  void wait_on(const Stream& s) const;  // later work on `s` waits for it, without blocking
+
+ private:
+  void swap(Event& o) noexcept;
+  void* event_ = nullptr;
+  int device_ = -1;
+};
+
+// cudaMemcpyAsync with cudaMemcpyDefault (unified addressing tells the direction): queued on
+// `stream`; host memory on either side should be pinned or the copy is synchronous.
+void copy_async(void* dst, const void* src, std::size_t bytes, const Stream& stream);
+
+}  // namespace psrt::device

@@ -1,0 +1,80 @@
+#include "ps/device_staging.h"
+
+#include <utility>
+
+#include "base/log.h"
+
+namespace psrt::ps {
+namespace {
+// Pinned memory is a scarce system resource (it cannot be swapped): keep at most this much in
+// the pool between operations.
+constexpr std::size_t kMaxPooledBytes = std::size_t{256} << 20;
+}  // namespace
+
+DeviceStaging::DeviceStaging(int device) : stream_(device), thread_([this] { run(); }) {}
+
+DeviceStaging::~DeviceStaging() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<device::PinnedMemory> DeviceStaging::take(std::size_t bytes) {
+  {
+    std::lock_guard lock(pool_mu_);
+    auto it = pool_.lower_bound(bytes);
+    // A buffer at most twice the size asked for: larger ones stay for larger slices.
+    if (it != pool_.end() && it->first <= 2 * bytes + 4096) {
+      auto b = std::move(it->second);
+      pooled_bytes_ -= it->first;
+      pool_.erase(it);
+      return b;
+    }
+  }
+  return std::make_shared<device::PinnedMemory>(device::PinnedMemory::allocate(bytes));
+}
+
+void DeviceStaging::give(std::shared_ptr<device::PinnedMemory> buffer) {
+  if (!buffer || !*buffer) return;
+  std::lock_guard lock(pool_mu_);
+  if (pooled_bytes_ + buffer->size() > kMaxPooledBytes) return;  // freed here
+  pooled_bytes_ += buffer->size();
+  pool_.emplace(buffer->size(), std::move(buffer));
+}
+
+void DeviceStaging::copy_then(void* dst, const void* src, std::size_t bytes,
+                              std::function<void(const Status&)> then) {
+  std::lock_guard lock(mu_);
+  device::copy_async(dst, src, bytes, stream_);
+  queue_.push_back({device::Event::record(stream_), std::move(then)});
+  cv_.notify_one();
+}
+
+void DeviceStaging::run() {
+  for (;;) {
+    Pending p;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status status;
+    try {
+      p.done.synchronize();
+    } catch (const Error& e) {
+      status = Status(e.code(), e.what());
+    }
+    try {
+      p.then(status);
+    } catch (const std::exception& e) {
+      PSRT_LOG_ERROR("after a staging copy: {}", e.what());
+    }
+  }
+}
+
+}  // namespace psrt::ps
