@@ -1,0 +1,152 @@
+// Whole jobs with GPU memory on 127.0.0.1: CUDA servers (psrun --server-device cuda) and workers
+// pushing and pulling CUDA device memory, with exact integer-valued results checked by the
+// workers (gpu_worker, ps_worker). GpuJob.* need a usable GPU and skip without one; NoGpu.*
+// check the errors a machine without one gives, and skip where a GPU is present.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "device/cuda_device.h"
+#include "transport/factory.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int rc = -1;
+  std::string out;
+  int count(const std::string& needle) const {
+    int n = 0;
+    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1)) ++n;
+    return n;
+  }
+};
+
+Run psrun(const std::string& args, const std::string& worker) {
+  const auto log = fs::temp_directory_path() /
+                   ("psrt_gpu_job_test_" + std::to_string(::getpid()) + ".txt");
+  const std::string cmd = std::string(PSRUN_PATH) + " " + args + " -- " + worker + " > " +
+                          log.string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  Run r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  fs::remove(log);
+  return r;
+}
+
+std::string no_gpu_reason() {
+  std::string why;
+  return psrt::device::cuda_device_count(&why) > 0 ? std::string() : why;
+}
+
+#define REQUIRE_GPU()                                              \
+  do {                                                             \
+    if (auto why = no_gpu_reason(); !why.empty())                  \
+      GTEST_SKIP() << "no usable CUDA device (" << why << ")";     \
+  } while (0)
+
+class GpuJob : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuJob, CudaServerWithDeviceTensorsIsExact) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() +
+                     " -n 4 -s 2 --lr 1 --partition-bytes 262144 --server-device cuda",
+                 GPU_WORKER_PATH " device-exact --rounds 3");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS device-exact"), 4) << r.out;
+  // Debian's UCX and TCP carry no CUDA memory: both ends stage, and say so once each.
+  EXPECT_EQ(r.count("(path c, staged)"), 2) << r.out;
+  EXPECT_GE(r.count("path c: the " + GetParam() + " transport has no CUDA memory support"), 4)
+      << r.out;
+}
+
+TEST_P(GpuJob, CudaServerWithBf16DeviceGradientsIsExact) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1 --server-device cuda:0",
+                 GPU_WORKER_PATH " device-exact --rounds 2 --grad bf16");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS device-exact"), 2) << r.out;
+}
+
+TEST_P(GpuJob, CudaServerWithHostTensorsIsExact) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() +
+                     " -n 4 -s 2 --lr 1 --partition-bytes 1048576 --server-device cuda",
+                 PS_WORKER_PATH " exact --rounds 3 --sizes 1,7,1000,4099,1048579");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 4) << r.out;
+}
+
+TEST_P(GpuJob, CpuServerWithDeviceTensorsIsExact) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1",
+                 GPU_WORKER_PATH " device-exact --rounds 2");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS device-exact"), 2) << r.out;
+}
+
+TEST_P(GpuJob, CudaServerAsyncModeIsExact) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() + " -n 3 --mode async --lr 1 --server-device cuda",
+                 PS_WORKER_PATH " async --rounds 4");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS async"), 3) << r.out;
+}
+
+TEST_P(GpuJob, CudaServerResumesFromItsCheckpoint) {
+  REQUIRE_GPU();
+  const auto dir = fs::temp_directory_path() / ("psrt_gpu_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string args = "--transport " + GetParam() +
+                           " -n 2 -s 2 --lr 1 --partition-bytes 4096 --server-device cuda "
+                           "--checkpoint-every 2 --checkpoint-dir " + dir.string();
+  auto first = psrun(args, PS_WORKER_PATH " resume --rounds 6 --kill-after 4 --sizes 7,5000");
+  EXPECT_NE(first.rc, 0) << first.out;
+  EXPECT_EQ(first.count("KILLING after round 4"), 1) << first.out;
+  auto second = psrun(args, PS_WORKER_PATH " resume --rounds 6 --sizes 7,5000");
+  EXPECT_EQ(second.rc, 0) << second.out;
+  EXPECT_EQ(second.count("RESUMED 4"), 2) << second.out;
+  EXPECT_EQ(second.count("PASS resume"), 2) << second.out;
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, GpuJob,
+                         ::testing::ValuesIn(psrt::transport::available_backends()),
+                         [](const auto& info) { return info.param; });
+
+TEST(NoGpu, CudaServerStopsTheJobNamingTheCause) {
+  if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
+  auto r = psrun("--transport tcp -n 1 --server-device cuda:0", PS_WORKER_PATH " exact");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("--server-device cuda:0: CUDA device 0 is not usable"), 1) << r.out;
+  EXPECT_EQ(r.count("PASS"), 0) << r.out;
+}
+
+TEST(NoGpu, UnknownServerDeviceIsRefusedBeforeAnythingStarts) {
+  auto r = psrun("--transport tcp -n 1 --server-device gpu0", PS_WORKER_PATH " exact");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("unknown device 'gpu0': use cpu, cuda (device 0) or cuda:N"), 1) << r.out;
+  EXPECT_EQ(r.count("job:"), 0) << r.out;  // the scheduler never started
+}
+
+TEST(NoGpu, DeviceBufferIsRefusedAndTheWorkerCarriesOn) {
+  if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
+  auto r = psrun("--transport tcp -n 1 --lr 1", GPU_WORKER_PATH " no-device");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("REFUSED a buffer marked as CUDA memory, but this process cannot use CUDA"),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count("PASS no-device"), 1) << r.out;
+}
+
+}  // namespace
