@@ -1,5 +1,5 @@
-// fused_sgd_cuda's front: validates every slice the way fused_sgd_cpu does, before any CUDA call,
-// then hands the batch to the launcher in fused_sgd_cuda.cu.
+// fused_sgd_cuda's and FusedSgdCudaBatch's front: validates every slice the way fused_sgd_cpu
+// does, before any CUDA call, then hands the batch to the launcher in fused_sgd_cuda.cu.
 #include "kernels/fused_sgd_cuda.h"
 
 #include <fmt/core.h>
@@ -39,16 +39,38 @@ void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
   }
 }
 
-}  // namespace
-
-void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+// Validates every slice; returns whether any has work.
+bool validate_all(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
   bool any_work = false;
   for (std::size_t i = 0; i < slices.size(); ++i) {
     validate(slices[i], i, cfg);
     any_work = any_work || slices[i].count > 0;
   }
-  if (!any_work) return;
+  return any_work;
+}
+
+}  // namespace
+
+void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+  if (!validate_all(slices, cfg)) return;
   detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
+}
+
+void detail::PreparedLaunchDeleter::operator()(PreparedLaunch* p) const noexcept {
+  destroy_prepared_fused_sgd_cuda(p);
+}
+
+FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+  if (!validate_all(slices, cfg)) return;
+  prepared_.reset(detail::prepare_fused_sgd_cuda(slices.data(), slices.size(), cfg));
+}
+
+void FusedSgdCudaBatch::launch(void* stream) const {
+  if (prepared_ != nullptr) detail::launch_prepared_fused_sgd_cuda(*prepared_, stream);
+}
+
+int FusedSgdCudaBatch::device() const noexcept {
+  return prepared_ != nullptr ? detail::prepared_device(*prepared_) : -1;
 }
 
 }  // namespace psrt::kernels

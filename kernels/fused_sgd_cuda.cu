@@ -1,10 +1,13 @@
 // fused_sgd_cuda's launcher: builds the slice table in pinned host memory, copies it to the device
 // with the gradient pointer arrays, launches one persistent grid over all slices and waits.
+// FusedSgdCudaBatch's launcher: the same table, built and copied to the device once, then
+// launched without host-device copies or waits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -141,32 +144,25 @@ int device_of(const float* weights, std::size_t index) {
   return attributes.device;
 }
 
-}  // namespace
-
-void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
-                           void* stream_handle) {
-  const auto stream = static_cast<cudaStream_t>(stream_handle);
-  const bool has_momentum = cfg.momentum != 0.f;
-
-  std::size_t first_nonempty = 0;
-  while (slices[first_nonempty].count == 0)
-    ++first_nonempty;  // the front checked that one exists
-  const int device = device_of(slices[first_nonempty].weights, first_nonempty);
-  DeviceGuard guard(device);
-  DeviceState& state = device_state(device);
-
-  // Table layout: num_slices SliceDescs, then every slice's gradient pointers back to back.
+// Bytes of the slice table of slices[0, num_slices): num_slices SliceDescs, then every slice's
+// gradient pointers back to back.
+std::size_t table_bytes(const SliceUpdate* slices, std::size_t num_slices) {
   std::size_t total_grads = 0;
   for (std::size_t i = 0; i < num_slices; ++i)
     total_grads += static_cast<std::size_t>(slices[i].num_grads);
-  const std::size_t table_bytes = num_slices * sizeof(SliceDesc);
-  const std::size_t bytes = table_bytes + total_grads * sizeof(const void*);
+  return num_slices * sizeof(SliceDesc) + total_grads * sizeof(const void*);
+}
 
-  StagingLease lease(state, bytes, stream);
-  auto* descs = static_cast<SliceDesc*>(lease.host());
-  auto* host_ptrs = reinterpret_cast<const void**>(static_cast<char*>(lease.host()) + table_bytes);
+// Writes the slice table into `host` (table_bytes() of it), with pointers that are valid once the
+// table is copied to `device_table`, and returns the launch parameters that go with it.
+LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
+                         void* host, void* device_table) {
+  const bool has_momentum = cfg.momentum != 0.f;
+  const std::size_t descs_bytes = num_slices * sizeof(SliceDesc);
+  auto* descs = static_cast<SliceDesc*>(host);
+  auto* host_ptrs = reinterpret_cast<const void**>(static_cast<char*>(host) + descs_bytes);
   auto* device_ptrs =
-      reinterpret_cast<const void**>(static_cast<char*>(lease.device()) + table_bytes);
+      reinterpret_cast<const void**>(static_cast<char*>(device_table) + descs_bytes);
 
   unsigned long long items = 0;
   std::size_t next_ptr = 0;
@@ -196,7 +192,7 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
   }
 
   LaunchParams params{};
-  params.slices = static_cast<const SliceDesc*>(lease.device());
+  params.slices = static_cast<const SliceDesc*>(device_table);
   params.num_slices = static_cast<int>(num_slices);
   params.total_items = items;
   params.lr = cfg.lr;
@@ -206,10 +202,45 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
   params.has_weight_decay = cfg.weight_decay != 0.f ? 1 : 0;
   params.has_momentum = has_momentum ? 1 : 0;
   params.nesterov = cfg.nesterov ? 1 : 0;
+  return params;
+}
 
-  const unsigned long long needed_blocks = (items + device::kBlockSize - 1) / device::kBlockSize;
-  const int grid =
-      static_cast<int>(std::min<unsigned long long>(needed_blocks, persistent_grid(device, state)));
+// Blocks of the launch: the persistent grid, or fewer when there are fewer items.
+int grid_size(const LaunchParams& params, int device, DeviceState& state) {
+  const unsigned long long needed_blocks =
+      (params.total_items + device::kBlockSize - 1) / device::kBlockSize;
+  return static_cast<int>(
+      std::min<unsigned long long>(needed_blocks, persistent_grid(device, state)));
+}
+
+// The device of the first non-empty slice (the front checked that one exists).
+int device_of_batch(const SliceUpdate* slices) {
+  std::size_t first_nonempty = 0;
+  while (slices[first_nonempty].count == 0)
+    ++first_nonempty;
+  return device_of(slices[first_nonempty].weights, first_nonempty);
+}
+
+}  // namespace
+
+struct PreparedLaunch {
+  int device = 0;
+  void* table = nullptr;  // device memory, owned
+  LaunchParams params{};
+  int grid = 0;
+};
+
+void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
+                           void* stream_handle) {
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  const int device = device_of_batch(slices);
+  DeviceGuard guard(device);
+  DeviceState& state = device_state(device);
+
+  const std::size_t bytes = table_bytes(slices, num_slices);
+  StagingLease lease(state, bytes, stream);
+  const LaunchParams params = build_table(slices, num_slices, cfg, lease.host(), lease.device());
+  const int grid = grid_size(params, device, state);
 
   PSRT_CUDA_CHECK(
       cudaMemcpyAsync(lease.device(), lease.host(), bytes, cudaMemcpyHostToDevice, stream));
@@ -217,6 +248,47 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
   PSRT_CUDA_CHECK(cudaGetLastError());
   PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
   lease.mark_completed();
+}
+
+PreparedLaunch* prepare_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
+                                       const SgdConfig& cfg) {
+  const int device = device_of_batch(slices);
+  DeviceGuard guard(device);
+  DeviceState& state = device_state(device);
+
+  const std::size_t bytes = table_bytes(slices, num_slices);
+  std::unique_ptr<PreparedLaunch, void (*)(PreparedLaunch*) noexcept> prepared(
+      new PreparedLaunch(), destroy_prepared_fused_sgd_cuda);
+  prepared->device = device;
+  PSRT_CUDA_CHECK(cudaMalloc(&prepared->table, bytes));
+  std::vector<unsigned char> host(bytes);
+  prepared->params = build_table(slices, num_slices, cfg, host.data(), prepared->table);
+  prepared->grid = grid_size(prepared->params, device, state);
+  PSRT_CUDA_CHECK(cudaMemcpy(prepared->table, host.data(), bytes, cudaMemcpyHostToDevice));
+  return prepared.release();
+}
+
+void launch_prepared_fused_sgd_cuda(const PreparedLaunch& prepared, void* stream_handle) {
+  DeviceGuard guard(prepared.device);
+  device::fused_sgd_kernel<<<prepared.grid, device::kBlockSize, 0,
+                             static_cast<cudaStream_t>(stream_handle)>>>(prepared.params);
+  PSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+int prepared_device(const PreparedLaunch& prepared) noexcept {
+  return prepared.device;
+}
+
+void destroy_prepared_fused_sgd_cuda(PreparedLaunch* prepared) noexcept {
+  if (prepared == nullptr) return;
+  if (prepared->table != nullptr) {
+    int previous = 0;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(prepared->device) == cudaSuccess;
+    (void)cudaFree(prepared->table);
+    if (switched) (void)cudaSetDevice(previous);
+  }
+  delete prepared;
 }
 
 }  // namespace psrt::kernels::detail

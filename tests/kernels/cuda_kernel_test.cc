@@ -267,6 +267,51 @@ TEST(CudaFusedSgd, OneLaunchMixesSlices) {
   }
 }
 
+// A prepared batch launched k times equals k blocking updates: two fixtures with the same inputs,
+// one stepped through FusedSgdCudaBatch::launch (queued back to back, no wait in between), the
+// other through fused_sgd_cuda, compared bit for bit (and the first against the CPU reference).
+TEST(CudaFusedSgdBatch, RepeatedLaunchesEqualRepeatedBlockingUpdates) {
+  SKIP_WITHOUT_GPU();
+  const SgdConfig cfg{0.03f, 0.9f, 0.f, 1e-4f, false};
+  const std::vector<Case> cases = {{DType::kBF16, 8, 1000003, false, false},
+                                   {DType::kF32, 3, 1001, false, true},
+                                   {DType::kF16, 12, 0, false, false}};
+  std::mt19937_64 rng_a(11), rng_b(11);
+  std::vector<std::unique_ptr<SliceFixture>> batched, blocking;
+  std::vector<SliceUpdate> batched_updates, blocking_updates;
+  for (const Case& c : cases) {
+    batched.push_back(std::make_unique<SliceFixture>(c, cfg, rng_a));
+    blocking.push_back(std::make_unique<SliceFixture>(c, cfg, rng_b));
+    batched_updates.push_back(batched.back()->device_update());
+    blocking_updates.push_back(blocking.back()->device_update());
+  }
+  const FusedSgdCudaBatch batch(batched_updates, cfg);
+  EXPECT_FALSE(batch.empty());
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  EXPECT_EQ(batch.device(), current);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  constexpr int kSteps = 3;
+  for (int k = 0; k < kSteps; ++k) {
+    batch.launch(stream);
+    fused_sgd_cuda(blocking_updates, cfg, nullptr);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::size_t n = cases[i].count;
+    if (n == 0) continue;
+    std::vector<float> a(n), b(n);
+    batched[i]->d_weights.download(a.data());
+    blocking[i]->d_weights.download(b.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * 4), 0) << "slice " << i << " weights";
+    batched[i]->d_momentum.download(a.data());
+    blocking[i]->d_momentum.download(b.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * 4), 0) << "slice " << i << " momentum";
+  }
+}
+
 TEST(CudaFusedSgd, ApplyUpdateDispatchesDeviceMemory) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
@@ -350,6 +395,27 @@ TEST(CudaFusedSgdValidation, RejectsUnusableSlicesBeforeAnyCudaCall) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
   }
+}
+
+// FusedSgdCudaBatch validates like fused_sgd_cuda, before any CUDA call (runs without a GPU).
+TEST(CudaFusedSgdValidation, BatchRejectsUnusableSlicesAndEmptyBatchesNeedNoGpu) {
+  float w[4] = {1.f, 2.f, 3.f, 4.f};
+  const float g[4] = {};
+  const void* grads[] = {g};
+  SliceUpdate bad{w, nullptr, grads, 0, DType::kF32, 4, 1.f, false};
+  try {
+    const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&bad, 1), SgdConfig{});
+    ADD_FAILURE() << "accepted num_grads 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("num_grads is 0"), std::string::npos) << e.what();
+  }
+  const SliceUpdate empty{w, nullptr, grads, 1, DType::kF32, 0, 1.f, false};
+  const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&empty, 1), SgdConfig{});
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(batch.device(), -1);
+  EXPECT_NO_THROW(batch.launch(nullptr));
+  EXPECT_EQ(w[0], 1.f);
 }
 
 // Nothing to do means no CUDA call at all, so this passes without a GPU too.

@@ -1,18 +1,24 @@
 #include "kernel_bench.h"
 
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "kernels/fused_sgd.h"
+#include "psrt/config.h"
 #include "psrt/error.h"
+
+#if PSRT_HAVE_CUDA
+#include "kernel_bench_cuda.h"
+#endif
 
 namespace psrt::bench {
 namespace {
@@ -47,7 +53,8 @@ struct InputSet {
       grads.emplace_back(params * gsize);
       // Small finite values in every dtype: 0x3c00 is fp16 1.0, 0x3f80 bf16 1.0.
       auto* b = grads.back().data.get();
-      for (std::size_t i = 0; i < params * gsize; i += 4096) b[i] = std::byte(rng() & 0x1f);
+      for (std::size_t i = 0; i < params * gsize; i += 4096)
+        b[i] = std::byte(rng() & 0x1f);
       grad_ptrs.push_back(b);
     }
   }
@@ -64,9 +71,11 @@ template <typename Fn>
 double timed_parallel(int threads, Fn&& fn) {
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
-  for (int p = 1; p < threads; ++p) pool.emplace_back([&fn, p, threads] { fn(p, threads); });
+  for (int p = 1; p < threads; ++p)
+    pool.emplace_back([&fn, p, threads] { fn(p, threads); });
   fn(0, threads);
-  for (auto& t : pool) t.join();
+  for (auto& t : pool)
+    t.join();
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -80,21 +89,21 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
   const std::size_t gsize = kernels::dtype_size(dtype);
   const std::size_t set_bytes = params * (c.workers * gsize + 2 * sizeof(float));
   // Rotate sets until 256 MiB separate two uses of one set (well past any CPU cache).
-  const int sets = static_cast<int>(
-      std::clamp<std::size_t>((std::size_t{256} << 20) / std::max<std::size_t>(set_bytes, 1) + 1,
-                              1, 8));
+  const int sets = static_cast<int>(std::clamp<std::size_t>(
+      (std::size_t{256} << 20) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 8));
   std::vector<std::unique_ptr<InputSet>> inputs;
   for (int s = 0; s < sets; ++s)
     inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
-  kernels::SgdConfig cfg{.lr = 0.01f, .momentum = 0.9f, .dampening = 0.f,
-                         .weight_decay = 1e-4f, .nesterov = false};
+  kernels::SgdConfig cfg{
+      .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
   const kernels::CpuIsa isa = kernels::best_cpu_isa();
 
   auto update = [&](InputSet& in) {
     return timed_parallel(c.threads, [&](int part, int parts) {
       auto [begin, count] = part_of(params, part, parts);
       std::vector<const void*> g;
-      for (const void* p : in.grad_ptrs) g.push_back(static_cast<const std::byte*>(p) + begin * gsize);
+      for (const void* p : in.grad_ptrs)
+        g.push_back(static_cast<const std::byte*>(p) + begin * gsize);
       kernels::SliceUpdate u;
       u.weights = reinterpret_cast<float*>(in.weights.data.get()) + begin;
       u.momentum = reinterpret_cast<float*>(in.momentum.data.get()) + begin;
@@ -112,13 +121,13 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
     if (i >= c.warmup) times.push_back(t);
   }
   const double t_update = median(times);
-  const double bytes = static_cast<double>(params) *
-                       (static_cast<double>(c.workers * gsize) + 4.0 * sizeof(float));
+  const double bytes =
+      static_cast<double>(params) * (static_cast<double>(c.workers * gsize) + 4.0 * sizeof(float));
 
   // The ceiling: memcpy of as many bytes as the update reads, same threads; a copy moves twice
   // its size (read + write).
-  const std::size_t copy_bytes = std::max<std::size_t>(static_cast<std::size_t>(bytes / 2),
-                                                       std::size_t{64} << 20);
+  const std::size_t copy_bytes =
+      std::max<std::size_t>(static_cast<std::size_t>(bytes / 2), std::size_t{64} << 20);
   Buffer src(copy_bytes), dst(copy_bytes);
   std::vector<double> copies;
   for (int i = 0; i < c.warmup + std::max(10, c.iters / 5); ++i) {
@@ -148,14 +157,42 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
 
 }  // namespace
 
+std::optional<KernelDevice> parse_kernel_device(std::string_view text) {
+  if (text == "cpu") return KernelDevice{false, 0};
+  if (text == "cuda") return KernelDevice{true, 0};
+  constexpr std::string_view kCudaPrefix = "cuda:";
+  if (!text.starts_with(kCudaPrefix)) return std::nullopt;
+  const std::string_view digits = text.substr(kCudaPrefix.size());
+  int index = -1;
+  const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  // from_chars takes a leading '-'; an index is a plain decimal number.
+  if (digits.empty() || digits.front() == '-' || err != std::errc() ||
+      end != digits.data() + digits.size()) {
+    return std::nullopt;
+  }
+  return KernelDevice{true, index};
+}
+
 int run_kernel_bench(const KernelBenchConfig& c) {
   const kernels::DType dtype = parse_dtype(c.dtype);
-  if (c.device != "cpu")
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("--device {}: this build times the CPU update only; the CUDA kernel "
-                            "benchmark needs a build with the CUDA update and a visible GPU",
-                            c.device));
-  for (std::size_t p : c.params) run_cpu(c, p, dtype);
+  const std::optional<KernelDevice> device = parse_kernel_device(c.device);
+  if (!device) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--device {}: use {}", c.device, kKernelDeviceForms));
+  }
+  if (device->cuda) {
+#if PSRT_HAVE_CUDA
+    run_cuda_kernel_bench(c, device->index, dtype);
+    return 0;
+#else
+    throw Error(
+        ErrorCode::kUnsupported,
+        fmt::format("--device {}: this build has no CUDA (configure with PSRT_WITH_CUDA=ON)",
+                    c.device));
+#endif
+  }
+  for (std::size_t p : c.params)
+    run_cpu(c, p, dtype);
   return 0;
 }
 

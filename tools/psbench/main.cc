@@ -2,10 +2,10 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "psrt/error.h"
-#include "transport/factory.h"
 #include "kernel_bench.h"
+#include "psrt/error.h"
 #include "pushpull_bench.h"
+#include "transport/factory.h"
 #include "transport_bench.h"
 
 int main(int argc, char** argv) {
@@ -50,8 +50,13 @@ int main(int argc, char** argv) {
   psrt::bench::KernelBenchConfig kc;
   auto* kb = app.add_subcommand(
       "kernel", "the server's fused aggregate+SGD update vs a large copy timed in the same run");
-  kb->add_option("--device", kc.device, "cpu | cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  kb->add_option("--device", kc.device, "cpu | cuda | cuda:INDEX (cuda is cuda:0)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (psrt::bench::parse_kernel_device(s)) return {};
+            return "'" + s + "': use " + std::string(psrt::bench::kKernelDeviceForms);
+          },
+          "DEVICE"))
       ->capture_default_str();
   kb->add_option("--workers", kc.workers, "gradients aggregated per update (N)")
       ->check(CLI::Range(1, 1024))
