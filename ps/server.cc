@@ -25,7 +25,14 @@ bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
 }  // namespace
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {
-  if (config_.device.is_cuda()) gpu_ = std::make_unique<Gpu>(config_.device.index);
+  if (config_.device.is_cuda()) {
+    try {
+      gpu_ = std::make_unique<Gpu>(config_.device.index);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("--server-device {}: {}", device::to_string(config_.device),
+                                        e.what()));
+    }
+  }
   if (!config_.trace_path.empty()) {
     trace_ = std::fopen(config_.trace_path.c_str(), "a");
     if (!trace_)
