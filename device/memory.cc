@@ -127,6 +127,11 @@ void Event::wait_on(const Stream& s) const {
                                       static_cast<cudaEvent_t>(event_), 0));
 }
 
+void wait_event(void* cuda_event, const Stream& stream) {
+  PSRT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()),
+                                      static_cast<cudaEvent_t>(cuda_event), 0));
+}
+
 void copy_async(void* dst, const void* src, std::size_t bytes, const Stream& stream) {
   if (bytes == 0) return;
   DeviceGuard guard(stream.device());
@@ -161,6 +166,7 @@ Event::~Event() = default;
 bool Event::ready() const { return true; }
 void Event::synchronize() const {}
 void Event::wait_on(const Stream&) const {}
+void wait_event(void*, const Stream&) { no_cuda("waiting for a CUDA event"); }
 void copy_async(void*, const void*, std::size_t, const Stream&) { no_cuda("copying device memory"); }
 
 #endif

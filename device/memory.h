@@ -140,6 +140,10 @@ class Event {
   int device_ = -1;
 };
 
+// Later work on `stream` waits for `cuda_event` (a cudaEvent_t this object does not own, e.g.
+// one opened from another process), without blocking the caller.
+void wait_event(void* cuda_event, const Stream& stream);
+
 // cudaMemcpyAsync with cudaMemcpyDefault (unified addressing tells the direction): queued on
 // `stream`; host memory on either side should be pinned or the copy is synchronous.
 void copy_async(void* dst, const void* src, std::size_t bytes, const Stream& stream);

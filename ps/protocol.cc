@@ -20,7 +20,7 @@ Status bad(std::string message) {
 bool is_data(WireType t) { return t != WireType::kBytes; }
 
 // What each type carries: no payload, control bytes (of an exact or bounded size), or data.
-enum class Body { kNone, kBytes, kFixed, kData, kF32Data, kPull };
+enum class Body { kNone, kBytes, kFixed, kData, kF32Data, kPull, kIpc };
 
 Body body_of(MsgType t) {
   switch (t) {
@@ -36,7 +36,12 @@ Body body_of(MsgType t) {
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
     case MsgType::kShutdown:
+    case MsgType::kDeviceInfoReply:
       return Body::kBytes;
+    case MsgType::kPushIpc:
+    case MsgType::kPushPullIpc:
+    case MsgType::kPullIpc:
+      return Body::kIpc;
     case MsgType::kPush:
     case MsgType::kPushPull:
       return Body::kData;
@@ -111,6 +116,12 @@ std::string_view to_string(MsgType t) noexcept {
     case MsgType::kPull: return "PULL";
     case MsgType::kPushPull: return "PUSH_PULL";
     case MsgType::kPullReply: return "PULL_REPLY";
+    case MsgType::kDeviceInfo: return "DEVICE_INFO";
+    case MsgType::kDeviceInfoReply: return "DEVICE_INFO_REPLY";
+    case MsgType::kPushIpc: return "PUSH_IPC";
+    case MsgType::kPushPullIpc: return "PUSH_PULL_IPC";
+    case MsgType::kPullIpc: return "PULL_IPC";
+    case MsgType::kPullIpcReply: return "PULL_IPC_REPLY";
   }
   return "?";
 }
@@ -245,6 +256,19 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
                                payload_size, h.count, wire_size(h.dtype), want));
       break;
     }
+    case Body::kIpc: {
+      if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
+      if (h.type == MsgType::kPullIpc && h.dtype != WireType::kF32)
+        return bad(fmt::format("{} must describe f32 values", name));
+      if (auto s = check_slice(h); !s.ok()) return s;
+      if (h.count > limits.max_data_bytes / wire_size(h.dtype))
+        return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
+                               limits.max_data_bytes));
+      const std::size_t want = (h.type == MsgType::kPushPullIpc ? 2 : 1) * kIpcRecordBytes;
+      if (payload_size != want)
+        return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size, want));
+      break;
+    }
   }
   out = h;
   return {};
@@ -301,6 +325,40 @@ Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>
     if (ranks[i] == kAnyRank) return bad("rank list holds an unassigned rank");
   }
   out = std::move(ranks);
+  return {};
+}
+
+std::vector<std::byte> encode_ipc(std::span<const device::IpcRecord> records) {
+  std::vector<std::byte> out(records.size() * kIpcRecordBytes);
+  std::byte* p = out.data();
+  for (const auto& r : records) {
+    std::memcpy(p, r.memory.data(), device::kIpcHandleBytes);
+    store<std::uint64_t>(p + 64, r.offset);
+    store<std::uint64_t>(p + 72, r.allocation_bytes);
+    std::memcpy(p + 80, r.event.data(), device::kIpcHandleBytes);
+    p += kIpcRecordBytes;
+  }
+  return out;
+}
+
+Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
+                  std::vector<device::IpcRecord>& out) {
+  if (bytes.size() != count * kIpcRecordBytes)
+    return bad(fmt::format("{} bytes of CUDA IPC records, expected {} records of {} bytes",
+                           bytes.size(), count, kIpcRecordBytes));
+  std::vector<device::IpcRecord> records(count);
+  const std::byte* p = bytes.data();
+  for (auto& r : records) {
+    std::memcpy(r.memory.data(), p, device::kIpcHandleBytes);
+    r.offset = load<std::uint64_t>(p + 64);
+    r.allocation_bytes = load<std::uint64_t>(p + 72);
+    std::memcpy(r.event.data(), p + 80, device::kIpcHandleBytes);
+    if (r.offset >= r.allocation_bytes)
+      return bad(fmt::format("CUDA IPC record at offset {} of an allocation of {} bytes",
+                             r.offset, r.allocation_bytes));
+    p += kIpcRecordBytes;
+  }
+  out = std::move(records);
   return {};
 }
 

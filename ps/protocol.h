@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "device/ipc.h"
 #include "kernels/fused_sgd.h"
 #include "psrt/error.h"
 
@@ -62,7 +63,15 @@ enum class MsgType : std::uint8_t {
   kPull,           // → kPullReply once this worker's pushes are applied
   kPushPull,       // kPush + kPull in one message
   kPullReply,      // payload count f32 weights; round = slice version
-  kLast = kPullReply,
+  // CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's GPU
+  // memory and the server reads or writes them in place; the payload is IpcRecords.
+  kDeviceInfo,       // worker → server → kDeviceInfoReply
+  kDeviceInfoReply,  // payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id
+  kPushIpc,          // one record: the gradient → kPushAck once the update has read it
+  kPushPullIpc,      // two records: the gradient, then the output → kPullIpcReply
+  kPullIpc,          // one record: the output (f32) → kPullIpcReply
+  kPullIpcReply,     // no payload: the weights are in the worker's output; round = slice version
+  kLast = kPullIpcReply,
 };
 std::string_view to_string(MsgType t) noexcept;
 
@@ -127,6 +136,14 @@ std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c);
 Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out);
 
 // Addresses in kRegisterReply: '\n'-separated, each non-empty and printable.
+// device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
+// 64-byte event handle.
+inline constexpr std::size_t kIpcRecordBytes = 2 * device::kIpcHandleBytes + 16;
+std::vector<std::byte> encode_ipc(std::span<const device::IpcRecord> records);
+// Exactly `count` records; offsets must lie inside their allocation.
+Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
+                  std::vector<device::IpcRecord>& out);
+
 std::vector<std::byte> encode_lines(std::span<const std::string> lines);
 Status decode_lines(std::span<const std::byte> bytes, std::vector<std::string>& out);
 

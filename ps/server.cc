@@ -96,6 +96,38 @@ Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
   return *s;
 }
 
+float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
+  auto w = s.workers.find(rank);
+  if (w == s.workers.end())
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("worker {} is not a live member of the job (it unregistered or "
+                             "was declared lost)",
+                             rank));
+  if (w->second.queued.size() >= config_.max_queued)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
+                             "without pulling; pull (or push_pull) to wait for the rounds",
+                             rank, w->second.queued.size(), h.key, h.arg0));
+  // Queued gradients of a slice share one dtype (this check keeps it so): one of them tells.
+  for (const auto& [r, ws] : s.workers) {
+    if (ws.queued.empty()) continue;
+    if (ws.queued.front().dtype != h.dtype)
+      throw refuse(ErrorCode::kInvalidArgument,
+                   fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
+                               "push a key in one dtype",
+                               h.key, static_cast<int>(ws.queued.front().dtype),
+                               static_cast<int>(h.dtype), rank));
+    break;
+  }
+  const float lr = std::bit_cast<float>(h.arg1);
+  if (!std::isfinite(lr) || lr < 0.f)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("{} of key {} slice {} carries learning rate {}: it must be a "
+                             "finite number >= 0",
+                             to_string(h.type), h.key, h.arg0, lr));
+  return lr;
+}
+
 transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
   InFlight in;
   if (h.type == MsgType::kInit) {
@@ -103,36 +135,8 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     in.init.resize(h.count);
   } else if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) {
     Slice& s = checked_slice(peer, h);
-    const auto rank = peer.rank();
     std::lock_guard lock(s.mu);
-    auto w = s.workers.find(rank);
-    if (w == s.workers.end())
-      throw refuse(ErrorCode::kInvalidArgument,
-                   fmt::format("worker {} is not a live member of the job (it unregistered or "
-                               "was declared lost)",
-                               rank));
-    if (w->second.queued.size() >= config_.max_queued)
-      throw refuse(ErrorCode::kInvalidArgument,
-                   fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
-                               "without pulling; pull (or push_pull) to wait for the rounds",
-                               rank, w->second.queued.size(), h.key, h.arg0));
-    // Queued gradients of a slice share one dtype (this check keeps it so): one of them tells.
-    for (const auto& [r, ws] : s.workers) {
-      if (ws.queued.empty()) continue;
-      if (ws.queued.front().dtype != h.dtype)
-        throw refuse(ErrorCode::kInvalidArgument,
-                     fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
-                                 "push a key in one dtype",
-                                 h.key, static_cast<int>(ws.queued.front().dtype),
-                                 static_cast<int>(h.dtype), rank));
-      break;
-    }
-    const float lr = std::bit_cast<float>(h.arg1);
-    if (!std::isfinite(lr) || lr < 0.f)
-      throw refuse(ErrorCode::kInvalidArgument,
-                   fmt::format("{} of key {} slice {} carries learning rate {}: it must be a "
-                               "finite number >= 0",
-                               to_string(h.type), h.key, h.arg0, lr));
+    const float lr = admit_push_locked(s, h, peer.rank());
     auto it = std::find_if(s.free.begin(), s.free.end(), [&](auto& b) { return b.size == size; });
     if (it != s.free.end()) {
       in.grad = std::move(*it);
@@ -181,6 +185,12 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     }
     case MsgType::kPull:
       return on_pull(peer, h, checked_slice(peer, h));
+    case MsgType::kDeviceInfo:
+      return on_device_info(peer, h);
+    case MsgType::kPushIpc:
+    case MsgType::kPushPullIpc:
+    case MsgType::kPullIpc:
+      return on_ipc(peer, h, payload);
     case MsgType::kSetOptimizer:
       return on_set_optimizer(peer, h, payload);
     case MsgType::kMembership: {
@@ -370,7 +380,34 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
 }
 
 void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
+  auto release = [this, &s](const Status&) {
+    {
+      std::lock_guard lock(s.mu);
+      --s.readers;
+    }
+    after_change(s);
+  };
   for (auto& w : ready) {
+    if (w.out) {
+      // The weights go straight into the worker's GPU memory; the reply only says so.
+      Status copied = copy_to_ipc_output(s, w);
+      if (!copied.ok()) {
+        w.peer->send_error(w.request_id, copied.code(), copied.message(), false);
+        release(copied);
+        continue;
+      }
+      Header r;
+      r.type = MsgType::kPullIpcReply;
+      r.request_id = w.request_id;
+      r.key = s.key;
+      r.arg0 = s.index;
+      {
+        std::lock_guard lock(s.mu);
+        r.round = s.version;
+      }
+      w.peer->send(r, {}, release);
+      continue;
+    }
     Header r;
     r.type = MsgType::kPullReply;
     r.dtype = WireType::kF32;
@@ -476,9 +513,19 @@ void Server::run_update(Update& u) {
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
       if (w != s.workers.end()) w->second.applied++;
-      if (s.free.size() < s.workers.size() + 2) s.free.push_back(std::move(u.grads[i]));
+      const bool owns_storage = u.grads[i].data || u.grads[i].dev;
+      if (owns_storage && s.free.size() < s.workers.size() + 2)
+        s.free.push_back(std::move(u.grads[i]));
     }
     s.busy = false;
+  }
+  // A PUSH_IPC's gradient has been read: the worker may write it again.
+  for (auto& g : u.grads) {
+    if (!g.ack_peer) continue;
+    Header ack;
+    ack.type = MsgType::kPushAck;
+    ack.request_id = g.ack_request;
+    g.ack_peer->send(ack);
   }
   after_change(s);
 }

@@ -75,6 +75,12 @@ class Server final : public Handler {
     device::DeviceMemory dev;     // ...and is copied here (the receive slot the kernel reads);
                                   // with a CUDA-capable transport it lands here directly
     device::Event copied;         // the copy into `dev`, when staged
+    // CUDA IPC: the gradient stays in the worker's GPU memory and is read there, after
+    // `remote_event`; a PUSH_IPC is acked only once the update has read it.
+    const void* remote = nullptr;
+    void* remote_event = nullptr;
+    std::shared_ptr<Peer> ack_peer;
+    std::uint64_t ack_request = 0;
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
     float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
@@ -89,6 +95,8 @@ class Server final : public Handler {
     std::uint64_t request_id;
     std::uint32_t rank;
     std::uint64_t target;  // the worker's `applied` that must be reached
+    void* out = nullptr;   // CUDA IPC: the worker's output, written here instead of sent
+    void* out_event = nullptr;
   };
   struct Slice {
     std::mutex mu;
@@ -125,6 +133,8 @@ class Server final : public Handler {
   void on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_push(Peer& peer, const Header& h, InFlight& in);
   void on_pull(Peer& peer, const Header& h, Slice& s);
+  // Under s.mu: refuses a push the slice cannot take now; returns its learning rate.
+  float admit_push_locked(Slice& s, const Header& h, std::uint32_t rank);
 
   // Under s.mu: starts the next update if the policy allows one; returns it for the pool.
   std::optional<Update> next_update_locked(Slice& s);
@@ -139,6 +149,10 @@ class Server final : public Handler {
   void after_receive_on_device(GradBuf& g);
   void init_on_device(Slice& s);
   void update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg, bool checkpoint_due);
+  void on_device_info(Peer& peer, const Header& h);
+  void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  // Writes the weights into an IPC waiter's output; the status of that copy.
+  Status copy_to_ipc_output(const Slice& s, const PullWaiter& w);
   ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
   void trace(const Update& u, std::uint64_t version);

@@ -2,6 +2,7 @@
 // on the compute stream, and what pulls are sent from. See the path notes in set_transport().
 #include <fmt/core.h>
 
+#include "base/host.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/server.h"
@@ -73,7 +74,8 @@ void Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg
   std::vector<const void*> grads;
   for (const auto& g : u.grads) {
     if (g.copied) g.copied.wait_on(gpu.compute);
-    grads.push_back(g.dev.data());
+    if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);
+    grads.push_back(g.remote ? g.remote : g.dev.data());
   }
   kernels::SliceUpdate k;
   k.weights = static_cast<float*>(s.d_weights.data());
@@ -92,6 +94,85 @@ void Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg
     device::copy_async(s.momentum.data(), s.d_momentum.data(), bytes, gpu.compute);
   }
   gpu.compute.synchronize();
+}
+
+void Server::on_device_info(Peer& peer, const Header& h) {
+  const std::vector<std::string> lines = {device::to_string(config_.device), local_boot_id()};
+  Header r;
+  r.type = MsgType::kDeviceInfoReply;
+  r.request_id = h.request_id;
+  auto payload = encode_lines(lines);
+  ConstBuffer b{payload.data(), payload.size()};
+  peer.send(r, {&b, 1});
+}
+
+void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  Slice& s = checked_slice(peer, h);
+  if (!gpu_)
+    return peer.send_error(h.request_id, ErrorCode::kUnsupported,
+                           fmt::format("{} to a server that keeps its slices on the cpu: CUDA IPC "
+                                       "needs psrun --server-device cuda (or PSRT_CUDA_IPC=0 on "
+                                       "the workers)",
+                                       to_string(h.type)),
+                           false);
+  std::vector<device::IpcRecord> records;
+  const std::size_t n = h.type == MsgType::kPushPullIpc ? 2 : 1;
+  if (Status st = decode_ipc(payload, n, records); !st.ok()) throw Error(st.code(), st.message());
+  const bool pushes = h.type != MsgType::kPullIpc;
+  const std::size_t grad_bytes = h.count * wire_size(h.dtype);
+  device::IpcImporter::Opened grad, out;
+  try {
+    if (pushes) grad = gpu_->ipc.open(records[0], grad_bytes);
+    if (h.type != MsgType::kPushIpc) out = gpu_->ipc.open(records.back(), h.count * sizeof(float));
+  } catch (const Error& e) {
+    // Not the peer's fault as a rule (another container, no peer access): refuse this request
+    // and keep the connection, so the worker can say what to change.
+    PSRT_LOG_WARN("{} of key {} slice {} from {}: {}", to_string(h.type), h.key, h.arg0,
+                  peer.name(), e.what());
+    return peer.send_error(h.request_id, e.code(),
+                           fmt::format("CUDA IPC on {}: {} (set PSRT_CUDA_IPC=0 on the workers "
+                                       "to stage through host memory instead)",
+                                       to_string(config_.device), e.what()),
+                           false);
+  }
+  const auto rank = peer.rank();
+  {
+    std::lock_guard lock(s.mu);
+    if (pushes) {
+      const float lr = admit_push_locked(s, h, rank);
+      GradBuf g;
+      g.remote = grad.data;
+      g.remote_event = grad.event;
+      g.size = grad_bytes;
+      g.dtype = h.dtype;
+      g.lr = lr;
+      if (h.type == MsgType::kPushIpc) {
+        g.ack_peer = peer.shared_from_this();
+        g.ack_request = h.request_id;
+      }
+      auto& w = s.workers.at(rank);
+      w.queued.push_back(std::move(g));
+      w.received++;
+    }
+    if (h.type != MsgType::kPushIpc) {
+      auto w = s.workers.find(rank);
+      const std::uint64_t target = w == s.workers.end() ? 0 : w->second.received;
+      s.waiters.push_back(
+          {peer.shared_from_this(), h.request_id, rank, target, out.data, out.event});
+    }
+  }
+  after_change(s);
+}
+
+Status Server::copy_to_ipc_output(const Slice& s, const PullWaiter& w) {
+  try {
+    device::wait_event(w.out_event, gpu_->replies);
+    device::copy_async(w.out, s.d_weights.data(), s.count * sizeof(float), gpu_->replies);
+    gpu_->replies.synchronize();
+    return {};
+  } catch (const Error& e) {
+    return Status(e);
+  }
 }
 
 ConstBuffer Server::pull_source(const Slice& s) const {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "device/cuda_device.h"
+#include "device/ipc.h"
 #include "device/memory.h"
 #include "ps/server.h"
 
@@ -13,12 +14,19 @@ namespace psrt::ps {
 
 struct Server::Gpu {
   explicit Gpu(int device)
-      : index(device), name(device::cuda_device_name(device)), compute(device), copies(device) {}
+      : index(device),
+        name(device::cuda_device_name(device)),
+        compute(device),
+        copies(device),
+        replies(device),
+        ipc(device) {}
 
   const int index;
   const std::string name;
   device::Stream compute;  // updates, then the weights' copy into the host mirror
   device::Stream copies;   // staged gradients: pinned landing buffer -> device receive slot
+  device::Stream replies;  // CUDA IPC pulls: the weights -> the worker's output
+  device::IpcImporter ipc;  // workers' buffers shared with CUDA IPC
   bool transport_cuda = false;  // the transport sends from and receives into device memory
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/log.h"
+#include "device/cuda_device.h"
 #include "ps/worker_impl.h"
 #include "transport/factory.h"
 
@@ -202,6 +203,11 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} of key {}: the output has {} elements but the key holds {}", op,
                             key, out.size / sizeof(float), l->total));
+  // CUDA buffers are checked whole before any slice leaves, so a bad one sends nothing.
+  const bool grad_cuda = sends_grad && grad.memory == MemoryType::kCuda;
+  const bool out_cuda = replies_weights && out.memory == MemoryType::kCuda;
+  if (grad_cuda) cuda_device_of(grad);
+  if (out_cuda) cuda_device_of(out);
   auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
                                                   options_.op_timeout,
                                                   fmt::format("{} of key {}", op, key));
@@ -223,8 +229,17 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     if (replies_weights)
       dest = {static_cast<std::byte*>(out.data) + s.offset * sizeof(float),
               s.count * sizeof(float), out.memory};
-    ps::DeviceStaging* grad_staging = sends_grad ? staging_for(src, s.server) : nullptr;
-    ps::DeviceStaging* out_staging = replies_weights ? staging_for(dest, s.server) : nullptr;
+    const DevicePath path = grad_cuda || out_cuda ? device_path(s.server) : DevicePath::kUnknown;
+    if (path == DevicePath::kIpc && grad_cuda == sends_grad && out_cuda == replies_weights) {
+      send_ipc(server, h, src, dest, st, what);
+      continue;
+    }
+    // Staged: path c, and the CUDA side of an op that mixes host and CUDA buffers under path b.
+    const bool stage = path == DevicePath::kStaged || path == DevicePath::kIpc;
+    ps::DeviceStaging* grad_staging =
+        grad_cuda && stage ? &staging(device::locate(src.data).index) : nullptr;
+    ps::DeviceStaging* out_staging =
+        out_cuda && stage ? &staging(device::locate(dest.data).index) : nullptr;
 
     ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
       st->complete_part(status);

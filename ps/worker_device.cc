@@ -2,47 +2,113 @@
 // server, the staging it needs, and the public calls that take memory-typed views.
 #include <fmt/core.h>
 
+#include "base/host.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "ps/worker_impl.h"
 
 namespace psrt {
 
-ps::DeviceStaging* Worker::Impl::staging_for(const ConstBuffer& b, std::uint32_t server) {
-  if (b.memory == MemoryType::kHost) return nullptr;
+using ps::Header;
+using ps::MsgType;
+
+int Worker::Impl::cuda_device_of(const ConstBuffer& b) {
   const device::DeviceSpec where = device::locate(b.data);
-  if (!where.is_cuda()) {
-    std::string why;
-    if (device::cuda_device_count(&why) == 0)
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("a buffer marked as CUDA memory, but this process cannot use CUDA: "
-                              "{}",
-                              why));
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("the buffer at {} is marked as CUDA memory but the CUDA runtime does "
-                            "not know it as device memory: pass MemoryType::kHost for host "
-                            "memory",
-                            b.data));
-  }
-  const bool direct = transport_->supports(MemoryType::kCuda);
+  if (where.is_cuda()) return where.index;
+  std::string why;
+  if (device::cuda_device_count(&why) == 0)
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("a buffer marked as CUDA memory, but this process cannot use CUDA: {}",
+                            why));
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("the buffer at {} is marked as CUDA memory but the CUDA runtime does not "
+                          "know it as device memory: pass MemoryType::kHost for host memory",
+                          b.data));
+}
+
+Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server) {
   std::lock_guard lock(staging_mu_);
-  if (path_logged_.size() < servers_.size()) path_logged_.resize(servers_.size());
-  if (!path_logged_[server]) {
-    path_logged_[server] = true;
-    if (direct) {
-      PSRT_LOG_INFO("{}: CUDA memory is handed to the {} transport as is (path a: it reports "
-                    "CUDA memory support)",
-                    servers_[server]->name(), transport_->name());
+  if (paths_.size() < servers_.size()) paths_.resize(servers_.size(), DevicePath::kUnknown);
+  if (paths_[server] != DevicePath::kUnknown) return paths_[server];
+  auto& peer = *servers_[server];
+  DevicePath path = DevicePath::kStaged;
+  std::string why;
+  if (transport_->supports(MemoryType::kCuda)) {
+    path = DevicePath::kDirect;
+    why = fmt::format("path a: the {} transport carries CUDA memory; buffers are handed to it "
+                      "as they are",
+                      transport_->name());
+  } else if (!options_.cuda_ipc) {
+    why = "path c: PSRT_CUDA_IPC=0; pinned host buffers, copies pipelined with the sends";
+  } else {
+    Header q;
+    q.type = MsgType::kDeviceInfo;
+    auto reply = requests_.call(peer, q, {}, "DEVICE_INFO", options_.op_timeout);
+    std::vector<std::string> info;
+    if (Status st = ps::decode_lines(reply.payload, info); !st.ok() || info.size() != 2)
+      throw Error(ErrorCode::kProtocol, peer.name() + " sent an unusable DEVICE_INFO reply");
+    const std::string here = local_boot_id();
+    if (!info[0].starts_with("cuda")) {
+      why = fmt::format("path c: the server keeps its slices on the {} and the {} transport "
+                        "has no CUDA memory support; pinned host buffers, copies pipelined with "
+                        "the sends",
+                        info[0], transport_->name());
+    } else if (here.empty() || info[1] != here) {
+      why = fmt::format("path c: the server ({}) runs on another host and the {} transport has "
+                        "no CUDA memory support; pinned host buffers, copies pipelined with the "
+                        "sends",
+                        info[0], transport_->name());
     } else {
-      PSRT_LOG_INFO("{}: CUDA memory goes through pinned host buffers, copies pipelined with the "
-                    "sends (path c: the {} transport has no CUDA memory support)",
-                    servers_[server]->name(), transport_->name());
+      path = DevicePath::kIpc;
+      why = fmt::format("path b: the server keeps its slices on {} of this host; CUDA IPC, it "
+                        "reads gradients and writes weights in place",
+                        info[0]);
     }
   }
-  if (direct) return nullptr;
-  auto& staging = staging_[where.index];
-  if (!staging) staging = std::make_unique<ps::DeviceStaging>(where.index);
-  return staging.get();
+  PSRT_LOG_INFO("{}: CUDA memory takes {}", peer.name(), why);
+  paths_[server] = path;
+  return path;
+}
+
+ps::DeviceStaging& Worker::Impl::staging(int device) {
+  std::lock_guard lock(staging_mu_);
+  auto& s = staging_[device];
+  if (!s) s = std::make_unique<ps::DeviceStaging>(device);
+  return *s;
+}
+
+device::IpcExporter& Worker::Impl::exporter(int device) {
+  std::lock_guard lock(staging_mu_);
+  auto& e = exporters_[device];
+  if (!e) e = std::make_unique<device::IpcExporter>(device);
+  return *e;
+}
+
+void Worker::Impl::send_ipc(ps::Peer& server, Header h, const ConstBuffer& src,
+                            const MutableBuffer& dest,
+                            const std::shared_ptr<detail::HandleState>& st,
+                            const std::string& what) {
+  std::vector<device::IpcRecord> records;
+  if (h.type != MsgType::kPull)
+    records.push_back(exporter(device::locate(src.data).index).describe(src.data, src.size));
+  if (h.type != MsgType::kPush)
+    records.push_back(exporter(device::locate(dest.data).index).describe(dest.data, dest.size));
+  h.type = h.type == MsgType::kPush       ? MsgType::kPushIpc
+           : h.type == MsgType::kPushPull ? MsgType::kPushPullIpc
+                                          : MsgType::kPullIpc;
+  auto payload = std::make_shared<std::vector<std::byte>>(ps::encode_ipc(records));
+  // The server reads the gradient in place until its update ran: "sent" only with the reply.
+  const auto id = requests_.add(server, what,
+                                [st](const Status& status, const Header&,
+                                     std::span<const std::byte>) {
+                                  st->sent_part();
+                                  st->complete_part(status);
+                                });
+  h.request_id = id;
+  ConstBuffer b{payload->data(), payload->size()};
+  server.send(h, {&b, 1}, [this, id, payload](const Status& status) {
+    if (!status.ok()) requests_.fail(id, status);
+  });
 }
 
 void Worker::Impl::stop_staging() {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/ipc.h"
 #include "ps/device_staging.h"
 #include "ps/endpoint.h"
 #include "ps/requests.h"
@@ -69,9 +70,17 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
-  // Device memory (ps/worker_device.cc): the staging of CUDA device `device` when the transport
-  // cannot carry device memory (path c), else null; logs the path once per server.
-  ps::DeviceStaging* staging_for(const ConstBuffer& b, std::uint32_t server);
+  // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (DESIGN
+  // decision 3), decided at the first use and logged once.
+  enum class DevicePath : std::uint8_t { kUnknown, kDirect, kIpc, kStaged };
+  DevicePath device_path(std::uint32_t server);
+  // The CUDA device of a buffer marked kCuda; throws naming the cause when it is not one.
+  int cuda_device_of(const ConstBuffer& b);
+  ps::DeviceStaging& staging(int device);
+  device::IpcExporter& exporter(int device);
+  // Sends one slice of a PUSH/PUSH_PULL/PULL whose CUDA buffers the server shares by IPC.
+  void send_ipc(ps::Peer& server, ps::Header h, const ConstBuffer& src, const MutableBuffer& dest,
+                const std::shared_ptr<detail::HandleState>& st, const std::string& what);
   void stop_staging();
 
   WorkerOptions options_;
@@ -90,7 +99,8 @@ class Worker::Impl final : public ps::Handler {
 
   std::mutex staging_mu_;
   std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;  // by CUDA device
-  std::vector<bool> path_logged_;                              // by server
+  std::map<int, std::unique_ptr<device::IpcExporter>> exporters_;  // by CUDA device
+  std::vector<DevicePath> paths_;                                  // by server
 
   std::mutex state_mu_;
   std::condition_variable state_cv_;

@@ -33,6 +33,8 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
       {"PSRT_SERVER_DEVICE", "cpu", "server", "cpu | cuda | cuda:N: where slices live and updates run"},
+      {"PSRT_CUDA_IPC", "1", "worker",
+       "0 = never share GPU buffers with CUDA servers on this host (stage through host memory)"},
       {"PSRT_SERVER_TRACE", "", "server", "file: one JSON line per applied update"},
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},

@@ -20,6 +20,7 @@ Worker Worker::from_env() {
   o.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
   o.heartbeat = env_ms("PSRT_HEARTBEAT_MS");
   o.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
+  o.cuda_ipc = env_bool("PSRT_CUDA_IPC");
   return join(o);
 }
 

@@ -98,6 +98,7 @@ struct WorkerOptions {
   std::chrono::milliseconds connect_timeout{30'000};  // PSRT_CONNECT_TIMEOUT_MS
   std::chrono::milliseconds heartbeat{1'000};         // PSRT_HEARTBEAT_MS
   std::chrono::microseconds spin{100};                // PSRT_SPIN_US
+  bool cuda_ipc = true;  // PSRT_CUDA_IPC: share GPU buffers with CUDA servers on this host
 };
 
 class Worker {
@@ -151,9 +152,14 @@ class Worker {
   // `type`; `out` holds count fp32 values (size in bytes). Device memory:
   // - its bytes must be final when you call (synchronise the stream that wrote them first);
   //   `out` is written when the Handle completes and is then visible to every stream;
-  // - how it travels is chosen per server and logged once: handed to the transport as is when
-  //   the transport carries CUDA memory (UCX built with CUDA: GPUDirect RDMA / cuda_ipc), else
-  //   staged through pinned host buffers with the copies pipelined against the sends;
+  // - how it travels is chosen per server and logged once: (a) handed to the transport as is
+  //   when the transport carries CUDA memory (UCX built with CUDA: GPUDirect RDMA / cuda_ipc);
+  //   else (b) CUDA IPC when the server is a CUDA server on this host (psrun --server-device
+  //   cuda): the server reads the gradient and writes `out` in place, and reads are ordered
+  //   after the work queued on the legacy default stream at the call (PSRT_CUDA_IPC=0 turns
+  //   this off); else (c) staged through pinned host buffers, copies pipelined with the sends;
+  // - with CUDA IPC, `grad` is read by the server's update itself: Handle::sent() turns true
+  //   only once that update has run;
   // - a buffer marked kCuda that the CUDA runtime does not know is refused
   //   (kInvalidArgument), and so is any kCuda buffer where CUDA is unusable (kUnsupported).
   // A buffer marked kHost is taken as host memory without asking the CUDA runtime.

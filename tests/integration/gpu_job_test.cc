@@ -28,10 +28,10 @@ struct Run {
   }
 };
 
-Run psrun(const std::string& args, const std::string& worker) {
+Run psrun(const std::string& args, const std::string& worker, const std::string& env = "") {
   const auto log = fs::temp_directory_path() /
                    ("psrt_gpu_job_test_" + std::to_string(::getpid()) + ".txt");
-  const std::string cmd = std::string(PSRUN_PATH) + " " + args + " -- " + worker + " > " +
+  const std::string cmd = env + " " + std::string(PSRUN_PATH) + " " + args + " -- " + worker + " > " +
                           log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   Run r;
@@ -57,17 +57,46 @@ std::string no_gpu_reason() {
 
 class GpuJob : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GpuJob, CudaServerWithDeviceTensorsIsExact) {
+// Whether a backend of this build carries CUDA memory itself (path a): asked of a live one.
+bool transport_carries_cuda(const std::string& name) {
+  struct Idle : psrt::transport::Receiver {
+    psrt::transport::Placement place(psrt::transport::Connection&, std::span<const std::byte>,
+                                     std::size_t) override {
+      throw psrt::Error(psrt::ErrorCode::kProtocol, "not listening");
+    }
+    void on_message(psrt::transport::Connection&, std::span<const std::byte>,
+                    const psrt::transport::Placement&) override {}
+    void on_closed(psrt::transport::Connection&, const psrt::Status&) override {}
+  };
+  auto t = psrt::transport::create_transport(name, std::make_shared<Idle>());
+  const bool carries = t->supports(psrt::MemoryType::kCuda);
+  t->shutdown();
+  return carries;
+}
+
+TEST_P(GpuJob, CudaServerWithDeviceTensorsOverCudaIpcIsExact) {
   REQUIRE_GPU();
+  if (transport_carries_cuda(GetParam())) GTEST_SKIP() << "this UCX carries CUDA memory: path a";
   auto r = psrun("--transport " + GetParam() +
                      " -n 4 -s 2 --lr 1 --partition-bytes 262144 --server-device cuda",
                  GPU_WORKER_PATH " device-exact --rounds 3");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS device-exact"), 4) << r.out;
-  // Debian's UCX and TCP carry no CUDA memory: both ends stage, and say so once each.
+  // Same host, CUDA servers: every worker shares its buffers with both servers (path b).
+  EXPECT_EQ(r.count("CUDA memory takes path b"), 8) << r.out;
+}
+
+TEST_P(GpuJob, CudaServerWithDeviceTensorsStagedIsExact) {
+  REQUIRE_GPU();
+  if (transport_carries_cuda(GetParam())) GTEST_SKIP() << "this UCX carries CUDA memory: path a";
+  auto r = psrun("--transport " + GetParam() +
+                     " -n 4 -s 2 --lr 1 --partition-bytes 262144 --server-device cuda",
+                 GPU_WORKER_PATH " device-exact --rounds 3", "PSRT_CUDA_IPC=0");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS device-exact"), 4) << r.out;
+  // Debian's UCX and TCP carry no CUDA memory: both ends stage, and say so.
   EXPECT_EQ(r.count("(path c, staged)"), 2) << r.out;
-  EXPECT_GE(r.count("path c: the " + GetParam() + " transport has no CUDA memory support"), 4)
-      << r.out;
+  EXPECT_EQ(r.count("CUDA memory takes path c: PSRT_CUDA_IPC=0"), 8) << r.out;
 }
 
 TEST_P(GpuJob, CudaServerWithBf16DeviceGradientsIsExact) {
@@ -93,6 +122,8 @@ TEST_P(GpuJob, CpuServerWithDeviceTensorsIsExact) {
                  GPU_WORKER_PATH " device-exact --rounds 2");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS device-exact"), 2) << r.out;
+  if (!transport_carries_cuda(GetParam()))
+    EXPECT_EQ(r.count("path c: the server keeps its slices on the cpu"), 2) << r.out;
 }
 
 TEST_P(GpuJob, CudaServerAsyncModeIsExact) {

@@ -155,6 +155,18 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
       case MsgType::kPull:
         h = data_header(type, WireType::kF32, 2, 3, 8);
         break;
+      case MsgType::kDeviceInfoReply:
+        payload = 17;
+        break;
+      case MsgType::kPushIpc:
+      case MsgType::kPullIpc:
+        h = data_header(type, WireType::kF32, 2, 3, 8);
+        payload = kIpcRecordBytes;
+        break;
+      case MsgType::kPushPullIpc:
+        h = data_header(type, WireType::kBF16, 2, 3, 8);
+        payload = 2 * kIpcRecordBytes;
+        break;
       default:
         break;
     }
@@ -570,6 +582,75 @@ TEST(ProtocolLines, RejectsNonPrintableBytes) {
         std::string_view("a\0b", 3)})
     expect_rejected(decode_lines(bytes_of(text), out), "non-printable byte");
   EXPECT_EQ(out, std::vector<std::string>{"kept"});
+}
+
+}  // namespace
+}  // namespace psrt::ps
+
+namespace psrt::ps {
+namespace {
+
+// --- CUDA IPC records ---
+
+device::IpcRecord ipc_record(std::uint8_t seed, std::uint64_t offset, std::uint64_t bytes) {
+  device::IpcRecord r;
+  for (std::size_t i = 0; i < device::kIpcHandleBytes; ++i) {
+    r.memory[i] = std::byte(seed + i);
+    r.event[i] = std::byte(seed * 3 + i);
+  }
+  r.offset = offset;
+  r.allocation_bytes = bytes;
+  return r;
+}
+
+TEST(ProtocolIpc, RecordsRoundTripAtTheDocumentedLayout) {
+  std::vector<device::IpcRecord> in = {ipc_record(1, 256, 1 << 20), ipc_record(9, 0, 4)};
+  auto bytes = encode_ipc(in);
+  ASSERT_EQ(bytes.size(), 2 * kIpcRecordBytes);
+  EXPECT_EQ(kIpcRecordBytes, 144u);
+  // The second record's offset field: u64 little endian at 144 + 64.
+  EXPECT_EQ(bytes[kIpcRecordBytes + 64], std::byte{0});
+  EXPECT_EQ(bytes[64], std::byte{0});
+  EXPECT_EQ(bytes[65], std::byte{1});  // 256 = 0x100
+  std::vector<device::IpcRecord> out;
+  ASSERT_TRUE(decode_ipc(bytes, 2, out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(out[i].memory, in[i].memory);
+    EXPECT_EQ(out[i].event, in[i].event);
+    EXPECT_EQ(out[i].offset, in[i].offset);
+    EXPECT_EQ(out[i].allocation_bytes, in[i].allocation_bytes);
+  }
+}
+
+TEST(ProtocolIpc, RejectsOffsetsOutsideTheAllocationAndWrongSizes) {
+  std::vector<device::IpcRecord> out = {ipc_record(5, 1, 2)};
+  const auto before = out.front().memory;
+  std::vector<device::IpcRecord> bad = {ipc_record(1, 4096, 4096)};
+  expect_rejected(decode_ipc(encode_ipc(bad), 1, out), "offset 4096 of an allocation of 4096");
+  EXPECT_EQ(out.front().memory, before);  // untouched on rejection
+  auto one = encode_ipc(std::vector<device::IpcRecord>{ipc_record(1, 0, 8)});
+  expect_rejected(decode_ipc(one, 2, out), "expected 2 records");
+  one.pop_back();
+  expect_rejected(decode_ipc(one, 1, out), "expected 1 records");
+}
+
+TEST(ProtocolIpc, HeadersNeedTheRightNumberOfRecordsAndASlice) {
+  expect_rejected(decode_header(data_header(MsgType::kPushPullIpc, WireType::kF32, 0, 4, 8),
+                                kIpcRecordBytes),
+                  "PUSH_PULL_IPC payload of 144 bytes, expected 288");
+  expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kF32, 0, 4, 8), 16),
+                  "expected 144");
+  expect_rejected(decode_header(data_header(MsgType::kPullIpc, WireType::kBF16, 0, 4, 8),
+                                kIpcRecordBytes),
+                  "must describe f32 values");
+  expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kF32, 6, 4, 8),
+                                kIpcRecordBytes),
+                  "lies outside a tensor");
+  expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kBytes, 0, 4, 8),
+                                kIpcRecordBytes),
+                  "without a data dtype");
+  expect_rejected(decode_header(control_header(MsgType::kPullIpcReply), 8), "carries no payload");
 }
 
 }  // namespace

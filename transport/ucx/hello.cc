@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "transport/wire.h"
 
@@ -46,13 +45,6 @@ std::string decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes> in, 
                        kMaxWorkerAddressBytes);
   }
   return {};
-}
-
-std::string local_boot_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
 }
 
 }  // namespace psrt::transport::ucx

@@ -41,7 +41,4 @@ std::vector<std::byte> encode_hello(const Hello& hello);
 std::string decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes> in, Hello& out,
                                std::size_t& address_len);
 
-// This host's boot id ("" if unreadable, which makes every peer count as remote).
-std::string local_boot_id();
-
 }  // namespace psrt::transport::ucx
