@@ -127,6 +127,24 @@ void Event::wait_on(const Stream& s) const {
                                       static_cast<cudaEvent_t>(event_), 0));
 }
 
+void order_after_legacy_default(const Stream& stream) {
+  DeviceGuard guard(stream.device());
+  cudaEvent_t ev = nullptr;
+  PSRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(ev, nullptr);
+  const cudaError_t waited = recorded == cudaSuccess
+                                 ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()),
+                                                       ev, 0)
+                                 : recorded;
+  cudaEventDestroy(ev);  // the wait keeps what it needs
+  PSRT_CUDA_CHECK(waited);
+}
+
+void synchronize_legacy_default(int device) {
+  DeviceGuard guard(device);
+  PSRT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
 void wait_event(void* cuda_event, const Stream& stream) {
   PSRT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()),
                                       static_cast<cudaEvent_t>(cuda_event), 0));
@@ -166,6 +184,8 @@ Event::~Event() = default;
 bool Event::ready() const { return true; }
 void Event::synchronize() const {}
 void Event::wait_on(const Stream&) const {}
+void order_after_legacy_default(const Stream&) { no_cuda("ordering CUDA streams"); }
+void synchronize_legacy_default(int) { no_cuda("synchronising a CUDA device"); }
 void wait_event(void*, const Stream&) { no_cuda("waiting for a CUDA event"); }
 void copy_async(void*, const void*, std::size_t, const Stream&) { no_cuda("copying device memory"); }
 

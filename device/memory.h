@@ -140,6 +140,12 @@ class Event {
   int device_ = -1;
 };
 
+// Later work on `stream` waits for the work queued so far on `device`'s legacy default stream
+// (where LibTorch computes unless told otherwise), without blocking the caller.
+void order_after_legacy_default(const Stream& stream);
+// Blocks until the work queued so far on `device`'s legacy default stream has finished.
+void synchronize_legacy_default(int device);
+
 // Later work on `stream` waits for `cuda_event` (a cudaEvent_t this object does not own, e.g.
 // one opened from another process), without blocking the caller.
 void wait_event(void* cuda_event, const Stream& stream);

@@ -17,6 +17,12 @@ std::span<float> floats_of(const at::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
 }
 
+// A tensor's bytes as psrt sees them: host or CUDA memory (the worker picks the GPU path).
+MutableBuffer view_of(const at::Tensor& t) {
+  return {t.data_ptr(), static_cast<std::size_t>(t.numel()) * t.element_size(),
+          t.is_cuda() ? MemoryType::kCuda : MemoryType::kHost};
+}
+
 at::ScalarType wire_type(GradType t) {
   switch (t) {
     case GradType::kF16: return at::kHalf;
@@ -39,11 +45,10 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const at::Tensor& p = item.value();
     const std::string& name = item.key();
-    if (!p.device().is_cpu())
+    if (!p.device().is_cpu() && !p.device().is_cuda())
       throw Error(ErrorCode::kUnsupported,
-                  fmt::format("parameter '{}' is on {}: this build trains CPU tensors; move the "
-                              "model to the CPU (device tensors need psrt's GPU path)",
-                              name, p.device().str()));
+                  fmt::format("parameter '{}' is on {}: psrt trains CPU and CUDA tensors", name,
+                              p.device().str()));
     if (p.scalar_type() != at::kFloat)
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("parameter '{}' is {}; psrt keeps fp32 weights: convert the model "
@@ -95,13 +100,13 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
   if (options_.set_sgd) worker_.set_optimizer(options_.sgd);
   if (worker_.rank() == 0) {
     ::torch::NoGradGuard no_grad;
-    for (auto& s : slots_) worker_.init(s.key, floats_of(s.param));
+    for (auto& s : slots_) worker_.init(s.key, floats_of(s.param.cpu()));
   }
   worker_.barrier();
   {
     ::torch::NoGradGuard no_grad;
     std::vector<Handle> pulls;
-    for (auto& s : slots_) pulls.push_back(worker_.pull(s.key, floats_of(s.param)));
+    for (auto& s : slots_) pulls.push_back(worker_.pull(s.key, view_of(s.param)));
     for (auto& h : pulls) h.wait();
   }
 
@@ -222,7 +227,6 @@ void DistributedOptimizer::Impl::pump() {
 void DistributedOptimizer::Impl::issue_locked(int index) {
   Slot& s = slots_[index];
   s.queued = false;
-  const auto n = static_cast<std::size_t>(s.param.numel());
   try {
     if (s.lr != worker_lr_) {
       worker_.set_learning_rate(s.lr);
@@ -230,11 +234,11 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
     }
     if (options_.grad_type == GradType::kF32) {
       // One message per slice each way; the reply lands in the parameter itself.
-      s.push = s.pull = worker_.push_pull(s.key, floats_of(s.grad), floats_of(s.param));
+      s.push = s.pull =
+          worker_.push_pull(s.key, view_of(s.grad), GradType::kF32, view_of(s.param));
     } else {
-      s.push = worker_.push(s.key, static_cast<const std::uint16_t*>(s.grad.data_ptr()), n,
-                            options_.grad_type);
-      s.pull = worker_.pull(s.key, floats_of(s.param));
+      s.push = worker_.push(s.key, view_of(s.grad), options_.grad_type);
+      s.pull = worker_.pull(s.key, view_of(s.param));
     }
   } catch (...) {
     if (!error_) error_ = std::current_exception();

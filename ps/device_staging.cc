@@ -48,6 +48,7 @@ void DeviceStaging::give(std::shared_ptr<device::PinnedMemory> buffer) {
 void DeviceStaging::copy_then(void* dst, const void* src, std::size_t bytes,
                               std::function<void(const Status&)> then) {
   std::lock_guard lock(mu_);
+  device::order_after_legacy_default(stream_);
   device::copy_async(dst, src, bytes, stream_);
   queue_.push_back({device::Event::record(stream_), std::move(then)});
   cv_.notify_one();

@@ -43,7 +43,9 @@ class DeviceStaging {
   void give(std::shared_ptr<device::PinnedMemory> buffer);
 
   // Queues a copy of `bytes` from `src` to `dst` (either side device or pinned host) on the
-  // staging stream and runs `then` on the staging thread once it finished, with the copy's
+  // staging stream, after the work queued so far on the device's legacy default stream (so a
+  // gradient LibTorch is still computing there is copied once written, and a pull does not
+  // overwrite a parameter that queued work still reads), and runs `then` on the staging thread once it finished, with the copy's
   // status. Copies and callbacks run in the order they were queued. Throws psrt::Error when the
   // copy cannot be queued (then `then` never runs). Thread-safe.
   void copy_then(void* dst, const void* src, std::size_t bytes,

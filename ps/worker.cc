@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "device/cuda_device.h"
+#include "device/memory.h"
 #include "ps/worker_impl.h"
 #include "transport/factory.h"
 
@@ -234,6 +235,10 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
       send_ipc(server, h, src, dest, st, what);
       continue;
     }
+    // The transport reads device memory on its own streams: wait here for the default stream's
+    // work, as the other paths order themselves after it.
+    if (path == DevicePath::kDirect && grad_cuda && &s == &l->slices.front())
+      device::synchronize_legacy_default(device::locate(grad.data).index);
     // Staged: path c, and the CUDA side of an op that mixes host and CUDA buffers under path b.
     const bool stage = path == DevicePath::kStaged || path == DevicePath::kIpc;
     ps::DeviceStaging* grad_staging =

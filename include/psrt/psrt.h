@@ -150,8 +150,10 @@ class Worker {
   // The same three calls on memory-typed views, for GPU tensors (e.g. a LibTorch CUDA tensor's
   // data_ptr() with MemoryType::kCuda) as well as host memory. `grad` holds count elements of
   // `type`; `out` holds count fp32 values (size in bytes). Device memory:
-  // - its bytes must be final when you call (synchronise the stream that wrote them first);
-  //   `out` is written when the Handle completes and is then visible to every stream;
+  // - its bytes must be written by the time the work queued on the device's legacy default
+  //   stream (LibTorch's default stream) at the call has finished: psrt orders its reads after
+  //   that work (work on other streams: synchronise it first). `out` is written after that
+  //   work too, and is complete and visible to every stream when the Handle completes;
   // - how it travels is chosen per server and logged once: (a) handed to the transport as is
   //   when the transport carries CUDA memory (UCX built with CUDA: GPUDirect RDMA / cuda_ipc);
   //   else (b) CUDA IPC when the server is a CUDA server on this host (psrun --server-device

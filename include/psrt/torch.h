@@ -28,6 +28,13 @@
 //   line a model adds. A model that does not call it for every parameter is still correct:
 //   step() then waits for every pull before returning.
 //
+// CUDA models: parameters on GPUs are pushed and pulled from device memory without host copies
+// on the worker side: the path to each server is picked and logged by the worker (CUDA IPC to a
+// CUDA server on this host, the transport itself when it carries CUDA memory, else pinned
+// staging; psrt/psrt.h). psrt orders its reads of a gradient and its writes of a parameter
+// after the work queued on the device's legacy default stream, LibTorch's default: a model run
+// on other streams must synchronise them before backward() returns.
+//
 // BatchNorm running statistics are buffers, not parameters: they stay local to each worker.
 // Every worker holds the same weights and draws an i.i.d. shard of the data, so each worker's
 // running averages estimate the same statistics; pstrain evaluates and checkpoints rank 0's.
