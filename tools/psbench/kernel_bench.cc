@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "device/cuda_device.h"
 #include "kernels/fused_sgd.h"
 #include "psrt/config.h"
 #include "psrt/error.h"
@@ -157,32 +158,17 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
 
 }  // namespace
 
-std::optional<KernelDevice> parse_kernel_device(std::string_view text) {
-  if (text == "cpu") return KernelDevice{false, 0};
-  if (text == "cuda") return KernelDevice{true, 0};
-  constexpr std::string_view kCudaPrefix = "cuda:";
-  if (!text.starts_with(kCudaPrefix)) return std::nullopt;
-  const std::string_view digits = text.substr(kCudaPrefix.size());
-  int index = -1;
-  const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-  // from_chars takes a leading '-'; an index is a plain decimal number.
-  if (digits.empty() || digits.front() == '-' || err != std::errc() ||
-      end != digits.data() + digits.size()) {
-    return std::nullopt;
-  }
-  return KernelDevice{true, index};
-}
-
 int run_kernel_bench(const KernelBenchConfig& c) {
   const kernels::DType dtype = parse_dtype(c.dtype);
-  const std::optional<KernelDevice> device = parse_kernel_device(c.device);
-  if (!device) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("--device {}: use {}", c.device, kKernelDeviceForms));
+  device::DeviceSpec where;
+  try {
+    where = device::parse_device(c.device);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("--device: {}", e.what()));
   }
-  if (device->cuda) {
+  if (where.is_cuda()) {
 #if PSRT_HAVE_CUDA
-    run_cuda_kernel_bench(c, device->index, dtype);
+    run_cuda_kernel_bench(c, where.index, dtype);
     return 0;
 #else
     throw Error(

@@ -40,19 +40,6 @@ struct KernelBenchConfig {
   int threads = 1;  // cpu: updates split over this many threads
 };
 
-// What --device names: the CPU, or CUDA device `index` ("cuda" is "cuda:0").
-struct KernelDevice {
-  bool cuda = false;
-  int index = 0;
-};
-
-// What --device accepts, for messages.
-inline constexpr std::string_view kKernelDeviceForms =
-    "cpu, cuda or cuda:INDEX (a CUDA device number >= 0)";
-
-// Parses a --device value: "cpu", "cuda" or "cuda:INDEX" (INDEX a decimal number >= 0, no sign);
-// nullopt for anything else.
-std::optional<KernelDevice> parse_kernel_device(std::string_view text);
 
 // Prints one JSON line per config.params on stdout. Throws psrt::Error before printing anything
 // when the device cannot run the benchmark: kInvalidArgument for a --device value

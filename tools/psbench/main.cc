@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "device/cuda_device.h"
 #include "kernel_bench.h"
 #include "psrt/error.h"
 #include "pushpull_bench.h"
@@ -50,11 +51,15 @@ int main(int argc, char** argv) {
   psrt::bench::KernelBenchConfig kc;
   auto* kb = app.add_subcommand(
       "kernel", "the server's fused aggregate+SGD update vs a large copy timed in the same run");
-  kb->add_option("--device", kc.device, "cpu | cuda | cuda:INDEX (cuda is cuda:0)")
+  kb->add_option("--device", kc.device, "cpu | cuda | cuda:N (cuda is cuda:0)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
-            if (psrt::bench::parse_kernel_device(s)) return {};
-            return "'" + s + "': use " + std::string(psrt::bench::kKernelDeviceForms);
+            try {
+              psrt::device::parse_device(s);
+              return {};
+            } catch (const psrt::Error& e) {
+              return e.what();
+            }
           },
           "DEVICE"))
       ->capture_default_str();
