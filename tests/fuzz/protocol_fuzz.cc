@@ -108,6 +108,21 @@ Outcome check_lines(std::span<const std::byte> payload) {
   return Outcome::kStructuredAccepted;
 }
 
+Outcome check_ipc(const Header& h, std::span<const std::byte> payload) {
+  require(h.dtype != WireType::kBytes, "a CUDA IPC message with a byte dtype");
+  require(h.count >= 1 && h.offset < h.total && h.count <= h.total - h.offset,
+          "a CUDA IPC slice outside its tensor");
+  require(h.type != MsgType::kPullIpc || h.dtype == WireType::kF32, "PULL_IPC with a non-f32 dtype");
+  const std::size_t n = h.type == MsgType::kPushPullIpc ? 2 : 1;
+  require(payload.size() == n * kIpcRecordBytes, "CUDA IPC records of another size");
+  std::vector<device::IpcRecord> records;
+  if (!decode_ipc(payload, n, records).ok()) return Outcome::kStructuredRejected;
+  for (const auto& r : records)
+    require(r.offset < r.allocation_bytes, "a CUDA IPC offset outside its allocation");
+  require(same_bytes(encode_ipc(records), payload), "CUDA IPC records that do not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
 }  // namespace
 
 Outcome run_one(std::span<const std::byte> input) {
@@ -139,6 +154,7 @@ Outcome run_one(std::span<const std::byte> input) {
       return Outcome::kHeaderOnly;
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
+    case MsgType::kDeviceInfoReply:
       require(payload.size() <= kMaxControlBytes, "an address list above the control limit");
       return check_lines(payload);
     case MsgType::kLocateReply:
@@ -147,6 +163,10 @@ Outcome run_one(std::span<const std::byte> input) {
       return check_ranks(h, payload);
     case MsgType::kSetOptimizer:
       return check_optimizer(payload);
+    case MsgType::kPushIpc:
+    case MsgType::kPushPullIpc:
+    case MsgType::kPullIpc:
+      return check_ipc(h, payload);
     case MsgType::kInit:
     case MsgType::kPush:
     case MsgType::kPushPull:

@@ -125,6 +125,23 @@ std::map<std::string, Seed> seeds() {
   s["seed-pull-reply"] = {
       message(data(MsgType::kPullReply, WireType::kF32, 0, 2, 2), filled(8, 0x40)),
       Outcome::kHeaderOnly};
+  device::IpcRecord r;
+  for (std::size_t i = 0; i < device::kIpcHandleBytes; ++i) {
+    r.memory[i] = std::byte(static_cast<std::uint8_t>(i));
+    r.event[i] = std::byte(static_cast<std::uint8_t>(0x80 + i));
+  }
+  r.offset = 512;
+  r.allocation_bytes = 1 << 20;
+  const std::vector<device::IpcRecord> one_record = {r}, two_records = {r, r};
+  s["seed-push-ipc"] = {message(data(MsgType::kPushIpc, WireType::kBF16, 2, 3, 8),
+                                encode_ipc(one_record)),
+                        Outcome::kStructuredAccepted};
+  s["seed-push-pull-ipc"] = {message(data(MsgType::kPushPullIpc, WireType::kF32, 0, 2, 2),
+                                     encode_ipc(two_records)),
+                             Outcome::kStructuredAccepted};
+  const std::vector<std::string> info = {"cuda:0", "5f2d0c4e-7a1b-4c3d-9e8f-0a1b2c3d4e5f"};
+  s["seed-device-info-reply"] = {message(header(MsgType::kDeviceInfoReply, 9), encode_lines(info)),
+                                 Outcome::kStructuredAccepted};
   return s;
 }
 
@@ -159,6 +176,9 @@ std::map<std::string, Seed> malformed() {
   b = all.at("seed-set-optimizer").bytes;
   b[kHeaderBytes + 3] = std::byte{0xbf};  // lr becomes negative
   m["negative lr"] = {b, Outcome::kStructuredRejected};
+  b = all.at("seed-push-ipc").bytes;
+  for (std::size_t i = 0; i < 8; ++i) b[kHeaderBytes + 72 + i] = std::byte{0};  // allocation 0
+  m["IPC offset outside its allocation"] = {b, Outcome::kStructuredRejected};
   return m;
 }
 
