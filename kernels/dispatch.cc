@@ -11,16 +11,14 @@
 
 namespace psrt::kernels {
 
-void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where) {
+StepResult apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where) {
   switch (where) {
     case MemoryType::kHost:
-      fused_sgd_cpu(u, cfg);
-      return;
+      return fused_sgd_cpu(u, cfg);
     case MemoryType::kCuda:
 #if PSRT_HAVE_CUDA
       // On the legacy default stream of the device holding the weights; blocking.
-      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
-      return;
+      return fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
 #else
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("apply_update: the slice of {} {} values is in CUDA memory (CUDA "

@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <string>
 
 #include "kernels/fused_sgd_cuda_launch.h"
@@ -41,14 +42,20 @@ void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
 
 }  // namespace
 
-void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+  if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("fused_sgd_cuda: SgdConfig::max_grad_norm is {}; it must be finite "
+                            "and >= 0 (0 = no clipping); nothing was launched",
+                            cfg.max_grad_norm));
+  }
   bool any_work = false;
   for (std::size_t i = 0; i < slices.size(); ++i) {
     validate(slices[i], i, cfg);
     any_work = any_work || slices[i].count > 0;
   }
-  if (!any_work) return;
-  detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
+  if (!any_work) return StepResult{};
+  return detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
 }
 
 }  // namespace psrt::kernels

@@ -1,5 +1,7 @@
 // fused_sgd_cuda's launcher: builds the slice table in pinned host memory, copies it to the device
-// with the gradient pointer arrays, launches one persistent grid over all slices and waits.
+// with the gradient pointer arrays, launches one persistent grid over all slices and waits. With
+// the guard or clipping on, the two pre-pass kernels run first on the same stream and the step's
+// verdict comes back in the same staging buffer.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,7 +21,9 @@ namespace psrt::kernels::detail {
 namespace {
 
 using device::LaunchParams;
+using device::NormParams;
 using device::SliceDesc;
+using device::StepControl;
 
 // A table's worth of pinned host memory and device memory of the same size. Buffers are reused
 // from call to call (one per concurrent caller per device) and never freed: they are small, and
@@ -33,6 +37,7 @@ struct StagingBuffer {
 struct DeviceState {
   std::mutex mutex;
   int grid = 0;  // persistent grid size: SMs x resident blocks per SM; 0 until first use
+  int norm_grid = 0;  // the same for the pre-pass's norm_kernel
   std::vector<StagingBuffer> free_buffers;
 };
 
@@ -57,6 +62,23 @@ int persistent_grid(int device, DeviceState& state) {
     state.grid = std::max(1, sms * std::max(1, blocks_per_sm));
   }
   return state.grid;
+}
+
+int persistent_norm_grid(int device, DeviceState& state) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.norm_grid == 0) {
+    int sms = 0;
+    PSRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int blocks_per_sm = 0;
+    PSRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks_per_sm, device::norm_kernel, device::kNormBlockSize, 0));
+    state.norm_grid = std::max(1, sms * std::max(1, blocks_per_sm));
+  }
+  return state.norm_grid;
+}
+
+std::size_t align_up(std::size_t n, std::size_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
 }
 
 // Holds a staging buffer of at least `bytes` for one call and returns it to the device's free
@@ -143,10 +165,11 @@ int device_of(const float* weights, std::size_t index) {
 
 }  // namespace
 
-void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
-                           void* stream_handle) {
+StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
+                                 const SgdConfig& cfg, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   const bool has_momentum = cfg.momentum != 0.f;
+  const bool prepass = needs_prepass(cfg);
 
   std::size_t first_nonempty = 0;
   while (slices[first_nonempty].count == 0)
@@ -155,12 +178,21 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
   DeviceGuard guard(device);
   DeviceState& state = device_state(device);
 
-  // Table layout: num_slices SliceDescs, then every slice's gradient pointers back to back.
+  // Table layout: num_slices SliceDescs, then every slice's gradient pointers back to back (the
+  // part copied to the device). With the pre-pass, the device side also holds one fp64 partial
+  // per chunk and the StepControl, which comes back to the same offset of the host side.
   std::size_t total_grads = 0;
-  for (std::size_t i = 0; i < num_slices; ++i)
+  unsigned long long total_chunks = 0;
+  for (std::size_t i = 0; i < num_slices; ++i) {
     total_grads += static_cast<std::size_t>(slices[i].num_grads);
+    total_chunks += (slices[i].count + device::kNormChunk - 1) / device::kNormChunk;
+  }
   const std::size_t table_bytes = num_slices * sizeof(SliceDesc);
-  const std::size_t bytes = table_bytes + total_grads * sizeof(const void*);
+  const std::size_t upload_bytes = table_bytes + total_grads * sizeof(const void*);
+  const std::size_t partials_offset = align_up(upload_bytes, alignof(double));
+  const std::size_t control_offset =
+      align_up(partials_offset + total_chunks * sizeof(double), alignof(StepControl));
+  const std::size_t bytes = prepass ? control_offset + sizeof(StepControl) : upload_bytes;
 
   StagingLease lease(state, bytes, stream);
   auto* descs = static_cast<SliceDesc*>(lease.host());
@@ -169,6 +201,7 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
       reinterpret_cast<const void**>(static_cast<char*>(lease.device()) + table_bytes);
 
   unsigned long long items = 0;
+  unsigned long long chunks = 0;
   std::size_t next_ptr = 0;
   for (std::size_t i = 0; i < num_slices; ++i) {
     const SliceUpdate& u = slices[i];
@@ -190,7 +223,10 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
                          u.num_grads,
                          static_cast<int>(u.dtype),
                          aligned ? 1 : 0,
-                         u.first_step ? 1 : 0};
+                         u.first_step ? 1 : 0,
+                         chunks,
+                         chunks + (u.count + device::kNormChunk - 1) / device::kNormChunk};
+    chunks = descs[i].chunk_end;
     items += slice_items;
     next_ptr += static_cast<std::size_t>(u.num_grads);
   }
@@ -206,17 +242,56 @@ void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, co
   params.has_weight_decay = cfg.weight_decay != 0.f ? 1 : 0;
   params.has_momentum = has_momentum ? 1 : 0;
   params.nesterov = cfg.nesterov ? 1 : 0;
+  params.control = nullptr;
+  params.clip_coef = 1.f;
+  params.has_clip = 0;
 
   const unsigned long long needed_blocks = (items + device::kBlockSize - 1) / device::kBlockSize;
   const int grid =
       static_cast<int>(std::min<unsigned long long>(needed_blocks, persistent_grid(device, state)));
 
   PSRT_CUDA_CHECK(
-      cudaMemcpyAsync(lease.device(), lease.host(), bytes, cudaMemcpyHostToDevice, stream));
+      cudaMemcpyAsync(lease.device(), lease.host(), upload_bytes, cudaMemcpyHostToDevice, stream));
+  auto* device_control =
+      reinterpret_cast<StepControl*>(static_cast<char*>(lease.device()) + control_offset);
+  if (prepass) {
+    NormParams norm{};
+    norm.slices = params.slices;
+    norm.num_slices = params.num_slices;
+    norm.total_chunks = total_chunks;
+    norm.partials = reinterpret_cast<double*>(static_cast<char*>(lease.device()) + partials_offset);
+    // The grid only spreads the chunks over blocks; each chunk's sum does not depend on it.
+    const int norm_grid = static_cast<int>(
+        std::min<unsigned long long>(total_chunks, persistent_norm_grid(device, state)));
+    device::norm_kernel<<<norm_grid, device::kNormBlockSize, 0, stream>>>(norm);
+    PSRT_CUDA_CHECK(cudaGetLastError());
+    device::norm_finalize_kernel<<<1, device::kNormBlockSize, 0, stream>>>(
+        norm.partials, total_chunks, device_control, static_cast<double>(cfg.max_grad_norm),
+        cfg.skip_nonfinite ? 1 : 0);
+    PSRT_CUDA_CHECK(cudaGetLastError());
+    params.control = device_control;
+  }
   device::fused_sgd_kernel<<<grid, device::kBlockSize, 0, stream>>>(params);
   PSRT_CUDA_CHECK(cudaGetLastError());
+  auto* host_control =
+      reinterpret_cast<StepControl*>(static_cast<char*>(lease.host()) + control_offset);
+  if (prepass) {
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(host_control, device_control, sizeof(StepControl),
+                                    cudaMemcpyDeviceToHost, stream));
+  }
   PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
   lease.mark_completed();
+
+  StepResult result;
+  if (prepass) {
+    result.grad_norm = host_control->norm;
+    result.skipped = host_control->skip != 0;
+    if (host_control->clip != 0) {
+      result.clipped = true;
+      result.clip_coef = host_control->clip_coef;
+    }
+  }
+  return result;
 }
 
 }  // namespace psrt::kernels::detail
