@@ -119,7 +119,8 @@ class Server final : public Handler {
   void submit(Update u);
   void run_update(Update& u);
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
-  void trace(const Update& u, std::uint64_t version);
+  // `step`: the update's guard/clipping outcome when the config asked for one, else null.
+  void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
   ServerConfig config_;
   std::mutex sgd_mu_;
