@@ -11,16 +11,14 @@
 
 namespace psrt::kernels {
 
-void apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
-                  void* stream) {
+StepResult apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
+                        void* stream) {
   switch (where) {
     case MemoryType::kHost:
-      fused_sgd_cpu(u, cfg);
-      return;
+      return fused_sgd_cpu(u, cfg);
     case MemoryType::kCuda:
 #if PSRT_HAVE_CUDA
-      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, stream);
-      return;
+      return fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, stream);
 #else
       (void)stream;
       throw Error(ErrorCode::kUnsupported,

@@ -1,10 +1,13 @@
 // fused_sgd_cpu's front: names, ISA detection with the PSRT_CPU_ISA cap, validation of the
-// SliceUpdate, and the hand-off to one ISA backend. The arithmetic lives in fused_sgd_*.cc.
+// step, the guard/clipping decision from the pre-pass's norm, and the hand-off to one ISA
+// backend. The arithmetic lives in fused_sgd_*.cc.
 #include "kernels/fused_sgd.h"
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <span>
 #include <string>
 
 #include "kernels/fused_sgd_internal.h"
@@ -69,33 +72,96 @@ CpuIsa detected_isa() noexcept {
   throw Error(ErrorCode::kInvalidArgument, message);
 }
 
-// Everything a backend relies on, checked before anything is written.
-void validate(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa) {
+// Everything a backend relies on, checked before anything is written. `where` names the slice
+// in a step of several ("slice 2: "), and is empty for a step of one.
+void validate(const SliceUpdate& u, const SgdConfig& cfg, const std::string& where) {
   if (u.num_grads < 1) {
     invalid(
-        fmt::format("fused_sgd_cpu: num_grads is {}; a slice update needs at least one "
+        fmt::format("fused_sgd_cpu: {}num_grads is {}; a slice update needs at least one "
                     "gradient",
-                    u.num_grads));
+                    where, u.num_grads));
   }
-  if (u.weights == nullptr) invalid("fused_sgd_cpu: weights is null");
+  if (u.weights == nullptr) invalid(fmt::format("fused_sgd_cpu: {}weights is null", where));
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
     invalid(
-        fmt::format("fused_sgd_cpu: momentum buffer is null but SgdConfig::momentum is {}; "
+        fmt::format("fused_sgd_cpu: {}momentum buffer is null but SgdConfig::momentum is {}; "
                     "pass a buffer of count floats or set momentum to 0",
-                    cfg.momentum));
+                    where, cfg.momentum));
   }
-  if (u.grads == nullptr) invalid("fused_sgd_cpu: grads is null");
+  if (u.grads == nullptr) invalid(fmt::format("fused_sgd_cpu: {}grads is null", where));
   for (int j = 0; j < u.num_grads; ++j) {
     if (u.grads[j] == nullptr) {
-      invalid(fmt::format("fused_sgd_cpu: grads[{}] of {} is null", j, u.num_grads));
+      invalid(fmt::format("fused_sgd_cpu: {}grads[{}] of {} is null", where, j, u.num_grads));
     }
   }
   if (static_cast<int>(u.dtype) >= kNumDTypes) {
-    invalid(fmt::format("fused_sgd_cpu: unknown gradient dtype {}", static_cast<int>(u.dtype)));
+    invalid(fmt::format("fused_sgd_cpu: {}unknown gradient dtype {}", where,
+                        static_cast<int>(u.dtype)));
+  }
+}
+
+void validate_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg, CpuIsa isa) {
+  if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
+    invalid(
+        fmt::format("fused_sgd_cpu: SgdConfig::max_grad_norm is {}; it must be finite and "
+                    ">= 0 (0 = no clipping)",
+                    cfg.max_grad_norm));
+  }
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    validate(slices[i], cfg, slices.size() > 1 ? fmt::format("slice {}: ", i) : std::string());
   }
   if (!cpu_has_isa(isa)) {
     invalid(fmt::format("fused_sgd_cpu: this CPU or build lacks {} (best available: {})",
                         to_string(isa), to_string(detected_isa())));
+  }
+}
+
+// The pre-pass of the spec (fused_sgd.h): the fp64 sum of squares of the step's aggregated
+// gradient, in the fixed partial order every ISA shares.
+double step_sum_of_squares(std::span<const SliceUpdate> slices, CpuIsa isa) {
+  double partials[detail::kNormPartials] = {};
+  for (const SliceUpdate& u : slices) {
+    if (u.count == 0) continue;
+    switch (isa) {
+      case CpuIsa::kScalar:
+        detail::sum_squares_scalar(u, partials);
+        break;
+#if PSRT_KERNELS_X86
+      case CpuIsa::kAvx2:
+        detail::sum_squares_avx2(u, partials);
+        break;
+      case CpuIsa::kAvx512:
+        detail::sum_squares_avx512(u, partials);
+        break;
+#else
+      default:
+        break;  // unreachable: validate_step() rejects ISAs this build lacks
+#endif
+    }
+  }
+  double sum = partials[0];
+  for (std::size_t k = 1; k < detail::kNormPartials; ++k)
+    sum = sum + partials[k];
+  return sum;
+}
+
+void update_slice(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa, float clip_coef) {
+  if (u.count == 0) return;
+  switch (isa) {
+    case CpuIsa::kScalar:
+      detail::fused_sgd_scalar(u, cfg, clip_coef);
+      return;
+#if PSRT_KERNELS_X86
+    case CpuIsa::kAvx2:
+      detail::fused_sgd_avx2(u, cfg, clip_coef);
+      return;
+    case CpuIsa::kAvx512:
+      detail::fused_sgd_avx512(u, cfg, clip_coef);
+      return;
+#else
+    default:
+      return;  // unreachable: validate_step() rejects ISAs this build lacks
+#endif
   }
 }
 
@@ -127,25 +193,33 @@ CpuIsa best_cpu_isa() {
                           cap));
 }
 
-void fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa) {
-  validate(u, cfg, isa);
-  if (u.count == 0) return;
-  switch (isa) {
-    case CpuIsa::kScalar:
-      detail::fused_sgd_scalar(u, cfg);
-      return;
-#if PSRT_KERNELS_X86
-    case CpuIsa::kAvx2:
-      detail::fused_sgd_avx2(u, cfg);
-      return;
-    case CpuIsa::kAvx512:
-      detail::fused_sgd_avx512(u, cfg);
-      return;
-#else
-    default:
-      return;  // unreachable: validate() rejects ISAs this build lacks
-#endif
+StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg,
+                              CpuIsa isa) {
+  validate_step(slices, cfg, isa);
+  StepResult result;
+  if (needs_prepass(cfg)) {
+    // sum is non-finite exactly when some aggregated gradient element is (see fused_sgd.h).
+    result.grad_norm = std::sqrt(step_sum_of_squares(slices, isa));
+    if (cfg.skip_nonfinite && !std::isfinite(result.grad_norm)) {
+      result.skipped = true;
+      return result;
+    }
+    if (cfg.max_grad_norm > 0.f) {
+      const auto coef =
+          static_cast<float>(static_cast<double>(cfg.max_grad_norm) / (result.grad_norm + 1e-6));
+      if (coef < 1.f) {
+        result.clip_coef = coef;
+        result.clipped = true;
+      }
+    }
   }
+  for (const SliceUpdate& u : slices)
+    update_slice(u, cfg, isa, result.clip_coef);
+  return result;
+}
+
+StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa) {
+  return fused_sgd_cpu_step(std::span<const SliceUpdate>(&u, 1), cfg, isa);
 }
 
 }  // namespace psrt::kernels

@@ -13,11 +13,42 @@
 //   w = w - lr * g
 // All arithmetic is fp32; (1 - dampening) is computed once per call in fp32. fp16 and bf16
 // gradients are widened exactly to fp32 before the sum.
+//
+// Guard and clipping (SgdConfig::skip_nonfinite, SgdConfig::max_grad_norm), per step. A step is
+// the set of slices one call updates together (fused_sgd_cpu_step, fused_sgd_cuda). With both
+// options off nothing below runs: no pre-pass, and results and speed are exactly the above.
+// Otherwise a pre-pass runs first, over every element i of every slice of the step:
+//   g_i = the aggregated gradient exactly as above (the fixed-order fp32 sum, times grad_scale)
+//   sum = sum over the step of (double)g_i * (double)g_i     (fp64; order: see below)
+//   norm = sqrt(sum)
+// The fp64 sum of squares of fp32 values cannot overflow (each square is below 2^256), so `sum`
+// is non-finite exactly when some g_i is: the pre-pass needs no separate non-finite flag.
+//   if skip_nonfinite and norm is non-finite: the step is SKIPPED. Nothing is written: weights
+//     and momentum of every slice keep their bits. The caller keeps first_step semantics: a
+//     skipped first step leaves the momentum buffer "not yet initialised", so the next step
+//     that is applied passes first_step again.
+//   else if max_grad_norm > 0: coef = float(max_grad_norm / (norm + 1e-6)), computed in fp64 and
+//     rounded to fp32 once. If coef < 1 the step is CLIPPED: right after `g = g * grad_scale`
+//     every element also does `g = g * coef` (fp32), before weight decay and momentum. This is
+//     torch.nn.utils.clip_grad_norm_(max_norm) applied to the mean (or summed) gradient, with
+//     the norm over all the step's slices. When skip_nonfinite is off and the norm is not
+//     finite, the same formula applies (an infinite norm gives coef 0, a NaN norm no clipping):
+//     non-finite gradients then reach the weights, as they would without the option.
+// Summation order of the pre-pass (fixed, so results are deterministic): on the CPU, 16 fp64
+// partial sums, element i of a slice (counting from 0 in each slice) adding to partial i % 16,
+// slices in order, then partials 0..15 added left to right; every CPU ISA follows that order,
+// so the ISAs stay bit-identical with the options on. The CUDA update sums in another fixed
+// order (kernels/fused_sgd_cuda.h), so its norm may differ from the CPU's in the last bits and
+// a clipped step may use a coef one fp32 ulp away; unclipped and skipped steps are bit-identical
+// (unless the norm lies within those last bits of the clipping threshold).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#if __cplusplus >= 202002L
+#include <span>
+#endif
 
 namespace psrt::kernels {
 
@@ -33,6 +64,25 @@ struct SgdConfig {
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
+  // > 0: clip the step's gradient to this global L2 norm (see the spec above). Finite, >= 0.
+  float max_grad_norm = 0.f;
+  // Skip a step whose aggregated gradient holds a NaN or an infinity (see the spec above).
+  bool skip_nonfinite = false;
+};
+
+// Whether `cfg` asks for the pre-pass over the step's gradients.
+inline bool needs_prepass(const SgdConfig& cfg) noexcept {
+  return cfg.skip_nonfinite || cfg.max_grad_norm > 0.f;
+}
+
+// What one step did beyond the update itself.
+struct StepResult {
+  bool skipped = false;  // skip_nonfinite and a non-finite gradient: nothing was written
+  // sqrt of the fp64 sum of squares of the step's aggregated gradient; computed only when a
+  // pre-pass ran (needs_prepass(cfg)), else 0. Non-finite when a gradient was.
+  double grad_norm = 0;
+  float clip_coef = 1.f;  // the factor the gradients were multiplied by: coef when clipped, else 1
+  bool clipped = false;   // max_grad_norm > 0 and coef < 1
 };
 
 // One slice's update. Trivially copyable: the CUDA path hands the same struct to a kernel.
@@ -61,13 +111,27 @@ bool cpu_has_isa(CpuIsa isa) noexcept;
 // a launcher may change it; throws psrt::Error(kInvalidArgument) on any other value.
 CpuIsa best_cpu_isa();
 
-// Applies one slice's update on the calling thread. Throws psrt::Error(kInvalidArgument) on an
-// unusable SliceUpdate (null pointers, num_grads < 1) or an ISA this CPU lacks; nothing is
-// written then. Blocking; thread-safe for slices that do not overlap. Gradients must not alias
-// weights or momentum. Results are bit-identical across ISAs for the same inputs.
-void fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa);
-inline void fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg) {
-  fused_sgd_cpu(u, cfg, best_cpu_isa());
+// Applies one step: every slice's update, on the calling thread, with the guard and clipping
+// of `cfg` computed over all of them (one norm for the step). Throws psrt::Error
+// (kInvalidArgument) on an unusable SliceUpdate (null pointers, num_grads < 1), a max_grad_norm
+// that is negative or not finite, or an ISA this CPU lacks; every slice is checked first and
+// nothing is written then. Blocking; thread-safe for steps whose slices do not overlap.
+// Gradients must not alias weights or momentum. Results are bit-identical across ISAs for the
+// same inputs, with or without the guard and clipping.
+// (Hidden from C++17: nvcc compiles fused_sgd_cuda.cu as C++17, without std::span, and needs
+// only the types of this header.)
+#if __cplusplus >= 202002L
+StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg,
+                              CpuIsa isa);
+inline StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+  return fused_sgd_cpu_step(slices, cfg, best_cpu_isa());
+}
+#endif
+
+// One slice as a step of its own: fused_sgd_cpu_step({&u, 1}, cfg, isa).
+StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa);
+inline StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg) {
+  return fused_sgd_cpu(u, cfg, best_cpu_isa());
 }
 
 }  // namespace psrt::kernels

@@ -31,18 +31,20 @@ __m256 load8(const void* grads, std::size_t i) {
 }
 
 struct Params8 {
-  __m256 grad_scale, lr, weight_decay, momentum, one_minus_dampening;
+  __m256 grad_scale, clip_coef, lr, weight_decay, momentum, one_minus_dampening;
 };
 
 Params8 broadcast(const ElementParams& p) {
-  return Params8{_mm256_set1_ps(p.grad_scale), _mm256_set1_ps(p.lr), _mm256_set1_ps(p.weight_decay),
-                 _mm256_set1_ps(p.momentum), _mm256_set1_ps(p.one_minus_dampening)};
+  return Params8{_mm256_set1_ps(p.grad_scale), _mm256_set1_ps(p.clip_coef),
+                 _mm256_set1_ps(p.lr),         _mm256_set1_ps(p.weight_decay),
+                 _mm256_set1_ps(p.momentum),   _mm256_set1_ps(p.one_minus_dampening)};
 }
 
 // update_element on 8 lanes.
 void update8(__m256 g, float* w_ptr, float* m_ptr, const ElementParams& p, const Params8& v) {
   const __m256 w = _mm256_loadu_ps(w_ptr);
   g = _mm256_mul_ps(g, v.grad_scale);
+  if (p.has_clip) g = _mm256_mul_ps(g, v.clip_coef);
   if (p.has_weight_decay) g = _mm256_add_ps(g, _mm256_mul_ps(v.weight_decay, w));
   if (p.has_momentum) {
     const __m256 buf = p.first_step
@@ -56,10 +58,9 @@ void update8(__m256 g, float* w_ptr, float* m_ptr, const ElementParams& p, const
 }
 
 // Sums the gradients of U consecutive vectors starting at element i in the fixed order
-// j = 0..N-1 (each gradient element is loaded once), then updates them.
+// j = 0..N-1 (each gradient element is loaded once).
 template <DType T, std::size_t U>
-void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8& v, std::size_t i) {
-  __m256 g[U];
+void sum_vectors(const SliceUpdate& u, std::size_t i, __m256 (&g)[U]) {
   for (std::size_t k = 0; k < U; ++k) {
     g[k] = load8<T>(u.grads[0], i + k * kLanes);
   }
@@ -69,6 +70,13 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8&
       g[k] = _mm256_add_ps(g[k], load8<T>(src, i + k * kLanes));
     }
   }
+}
+
+// Updates U consecutive vectors starting at element i.
+template <DType T, std::size_t U>
+void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8& v, std::size_t i) {
+  __m256 g[U];
+  sum_vectors<T, U>(u, i, g);
   for (std::size_t k = 0; k < U; ++k) {
     const std::size_t at = i + k * kLanes;
     update8(g[k], u.weights + at, p.has_momentum ? u.momentum + at : nullptr, p, v);
@@ -76,8 +84,8 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8&
 }
 
 template <DType T>
-void run(const SliceUpdate& u, const SgdConfig& cfg) {
-  const ElementParams p = make_element_params(u, cfg);
+void run(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+  const ElementParams p = make_element_params(u, cfg, clip_coef);
   const Params8 v = broadcast(p);
   std::size_t i = 0;
   for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
@@ -89,18 +97,68 @@ void run(const SliceUpdate& u, const SgdConfig& cfg) {
   update_elements_scalar<T>(u, p, i, u.count);
 }
 
+// The pre-pass on U consecutive vectors at element i, where i % kNormPartials == 0: vector k
+// holds elements i + 8k .. i + 8k + 7, which feed partials 8(k % 2) .. 8(k % 2) + 7, i.e. the
+// four fp64 lanes of acc[2(k % 2)] and then of acc[2(k % 2) + 1].
+template <DType T, std::size_t U>
+void square_vectors(const SliceUpdate& u, __m256 grad_scale, std::size_t i, __m256d (&acc)[4]) {
+  __m256 g[U];
+  sum_vectors<T, U>(u, i, g);
+  for (std::size_t k = 0; k < U; ++k) {
+    const __m256 scaled = _mm256_mul_ps(g[k], grad_scale);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(scaled));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(scaled, 1));
+    const std::size_t q = 2 * (k % 2);
+    acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(lo, lo));
+    acc[q + 1] = _mm256_add_pd(acc[q + 1], _mm256_mul_pd(hi, hi));
+  }
+}
+
+template <DType T>
+void sum_squares(const SliceUpdate& u, double* partials) {
+  static_assert(kUnroll * kLanes % kNormPartials == 0 && 2 * kLanes == kNormPartials);
+  const __m256 grad_scale = _mm256_set1_ps(u.grad_scale);
+  __m256d acc[4];
+  for (std::size_t q = 0; q < 4; ++q)
+    acc[q] = _mm256_loadu_pd(partials + 4 * q);
+  std::size_t i = 0;
+  for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
+    square_vectors<T, kUnroll>(u, grad_scale, i, acc);
+  }
+  for (; i + 2 * kLanes <= u.count; i += 2 * kLanes) {
+    square_vectors<T, 2>(u, grad_scale, i, acc);
+  }
+  for (std::size_t q = 0; q < 4; ++q)
+    _mm256_storeu_pd(partials + 4 * q, acc[q]);
+  accumulate_squares_scalar<T>(u, i, u.count, partials);
+}
+
 }  // namespace
 
-void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg) {
+void sum_squares_avx2(const SliceUpdate& u, double* partials) {
   switch (u.dtype) {
     case DType::kF32:
-      run<DType::kF32>(u, cfg);
+      sum_squares<DType::kF32>(u, partials);
       break;
     case DType::kF16:
-      run<DType::kF16>(u, cfg);
+      sum_squares<DType::kF16>(u, partials);
       break;
     case DType::kBF16:
-      run<DType::kBF16>(u, cfg);
+      sum_squares<DType::kBF16>(u, partials);
+      break;
+  }
+}
+
+void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+  switch (u.dtype) {
+    case DType::kF32:
+      run<DType::kF32>(u, cfg, clip_coef);
+      break;
+    case DType::kF16:
+      run<DType::kF16>(u, cfg, clip_coef);
+      break;
+    case DType::kBF16:
+      run<DType::kBF16>(u, cfg, clip_coef);
       break;
   }
 }

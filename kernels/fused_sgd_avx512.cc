@@ -31,19 +31,20 @@ __m512 load16(const void* grads, std::size_t i) {
 }
 
 struct Params16 {
-  __m512 grad_scale, lr, weight_decay, momentum, one_minus_dampening;
+  __m512 grad_scale, clip_coef, lr, weight_decay, momentum, one_minus_dampening;
 };
 
 Params16 broadcast(const ElementParams& p) {
-  return Params16{_mm512_set1_ps(p.grad_scale), _mm512_set1_ps(p.lr),
-                  _mm512_set1_ps(p.weight_decay), _mm512_set1_ps(p.momentum),
-                  _mm512_set1_ps(p.one_minus_dampening)};
+  return Params16{_mm512_set1_ps(p.grad_scale), _mm512_set1_ps(p.clip_coef),
+                  _mm512_set1_ps(p.lr),         _mm512_set1_ps(p.weight_decay),
+                  _mm512_set1_ps(p.momentum),   _mm512_set1_ps(p.one_minus_dampening)};
 }
 
 // update_element on 16 lanes.
 void update16(__m512 g, float* w_ptr, float* m_ptr, const ElementParams& p, const Params16& v) {
   const __m512 w = _mm512_loadu_ps(w_ptr);
   g = _mm512_mul_ps(g, v.grad_scale);
+  if (p.has_clip) g = _mm512_mul_ps(g, v.clip_coef);
   if (p.has_weight_decay) g = _mm512_add_ps(g, _mm512_mul_ps(v.weight_decay, w));
   if (p.has_momentum) {
     const __m512 buf = p.first_step
@@ -57,11 +58,9 @@ void update16(__m512 g, float* w_ptr, float* m_ptr, const ElementParams& p, cons
 }
 
 // Sums the gradients of U consecutive vectors starting at element i in the fixed order
-// j = 0..N-1 (each gradient element is loaded once), then updates them.
+// j = 0..N-1 (each gradient element is loaded once).
 template <DType T, std::size_t U>
-void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16& v,
-                    std::size_t i) {
-  __m512 g[U];
+void sum_vectors(const SliceUpdate& u, std::size_t i, __m512 (&g)[U]) {
   for (std::size_t k = 0; k < U; ++k) {
     g[k] = load16<T>(u.grads[0], i + k * kLanes);
   }
@@ -71,6 +70,14 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16
       g[k] = _mm512_add_ps(g[k], load16<T>(src, i + k * kLanes));
     }
   }
+}
+
+// Updates U consecutive vectors starting at element i.
+template <DType T, std::size_t U>
+void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16& v,
+                    std::size_t i) {
+  __m512 g[U];
+  sum_vectors<T, U>(u, i, g);
   for (std::size_t k = 0; k < U; ++k) {
     const std::size_t at = i + k * kLanes;
     update16(g[k], u.weights + at, p.has_momentum ? u.momentum + at : nullptr, p, v);
@@ -78,8 +85,8 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16
 }
 
 template <DType T>
-void run(const SliceUpdate& u, const SgdConfig& cfg) {
-  const ElementParams p = make_element_params(u, cfg);
+void run(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+  const ElementParams p = make_element_params(u, cfg, clip_coef);
   const Params16 v = broadcast(p);
   std::size_t i = 0;
   for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
@@ -91,18 +98,66 @@ void run(const SliceUpdate& u, const SgdConfig& cfg) {
   update_elements_scalar<T>(u, p, i, u.count);
 }
 
+// The pre-pass on U consecutive vectors at element i, where i % kNormPartials == 0: each
+// vector's 16 elements feed partials 0..15, the low eight through acc[0], the high through
+// acc[1].
+template <DType T, std::size_t U>
+void square_vectors(const SliceUpdate& u, __m512 grad_scale, std::size_t i, __m512d (&acc)[2]) {
+  __m512 g[U];
+  sum_vectors<T, U>(u, i, g);
+  for (std::size_t k = 0; k < U; ++k) {
+    const __m512 scaled = _mm512_mul_ps(g[k], grad_scale);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(scaled));
+    const __m512d hi =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(scaled), 1)));
+    acc[0] = _mm512_add_pd(acc[0], _mm512_mul_pd(lo, lo));
+    acc[1] = _mm512_add_pd(acc[1], _mm512_mul_pd(hi, hi));
+  }
+}
+
+template <DType T>
+void sum_squares(const SliceUpdate& u, double* partials) {
+  static_assert(kLanes == kNormPartials);
+  const __m512 grad_scale = _mm512_set1_ps(u.grad_scale);
+  __m512d acc[2] = {_mm512_loadu_pd(partials), _mm512_loadu_pd(partials + 8)};
+  std::size_t i = 0;
+  for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
+    square_vectors<T, kUnroll>(u, grad_scale, i, acc);
+  }
+  for (; i + kLanes <= u.count; i += kLanes) {
+    square_vectors<T, 1>(u, grad_scale, i, acc);
+  }
+  _mm512_storeu_pd(partials, acc[0]);
+  _mm512_storeu_pd(partials + 8, acc[1]);
+  accumulate_squares_scalar<T>(u, i, u.count, partials);
+}
+
 }  // namespace
 
-void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg) {
+void sum_squares_avx512(const SliceUpdate& u, double* partials) {
   switch (u.dtype) {
     case DType::kF32:
-      run<DType::kF32>(u, cfg);
+      sum_squares<DType::kF32>(u, partials);
       break;
     case DType::kF16:
-      run<DType::kF16>(u, cfg);
+      sum_squares<DType::kF16>(u, partials);
       break;
     case DType::kBF16:
-      run<DType::kBF16>(u, cfg);
+      sum_squares<DType::kBF16>(u, partials);
+      break;
+  }
+}
+
+void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+  switch (u.dtype) {
+    case DType::kF32:
+      run<DType::kF32>(u, cfg, clip_coef);
+      break;
+    case DType::kF16:
+      run<DType::kF16>(u, cfg, clip_coef);
+      break;
+    case DType::kBF16:
+      run<DType::kBF16>(u, cfg, clip_coef);
       break;
   }
 }

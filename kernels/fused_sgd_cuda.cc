@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
+
 #include <string>
 
 #include "kernels/fused_sgd_cuda_launch.h"
@@ -39,8 +41,14 @@ void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
   }
 }
 
-// Validates every slice; returns whether any has work.
+// Validates every slice and the config; returns whether any slice has work.
 bool validate_all(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+  if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("fused_sgd_cuda: SgdConfig::max_grad_norm is {}; it must be finite "
+                            "and >= 0 (0 = no clipping); nothing was launched",
+                            cfg.max_grad_norm));
+  }
   bool any_work = false;
   for (std::size_t i = 0; i < slices.size(); ++i) {
     validate(slices[i], i, cfg);
@@ -51,9 +59,9 @@ bool validate_all(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
 
 }  // namespace
 
-void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
-  if (!validate_all(slices, cfg)) return;
-  detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+  if (!validate_all(slices, cfg)) return StepResult{};
+  return detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
 }
 
 void detail::PreparedLaunchDeleter::operator()(PreparedLaunch* p) const noexcept {
@@ -61,6 +69,10 @@ void detail::PreparedLaunchDeleter::operator()(PreparedLaunch* p) const noexcept
 }
 
 FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+  if (cfg.max_grad_norm != 0.f || cfg.skip_nonfinite)
+    throw Error(ErrorCode::kInvalidArgument,
+                "FusedSgdCudaBatch: max_grad_norm and skip_nonfinite need the norm pre-pass of "
+                "fused_sgd_cuda; a batch launches the update alone");
   if (!validate_all(slices, cfg)) return;
   prepared_.reset(detail::prepare_fused_sgd_cuda(slices.data(), slices.size(), cfg));
 }

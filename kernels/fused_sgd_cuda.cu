@@ -1,7 +1,8 @@
 // fused_sgd_cuda's launcher: builds the slice table in pinned host memory, copies it to the device
-// with the gradient pointer arrays, launches one persistent grid over all slices and waits.
-// FusedSgdCudaBatch's launcher: the same table, built and copied to the device once, then
-// launched without host-device copies or waits.
+// with the gradient pointer arrays, launches one persistent grid over all slices and waits. With
+// the guard or clipping on, the two pre-pass kernels run first on the same stream and the step's
+// verdict comes back in the same staging buffer. FusedSgdCudaBatch's launcher: the same table,
+// built and copied to the device once, then launched without host-device copies or waits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,7 +23,9 @@ namespace psrt::kernels::detail {
 namespace {
 
 using device::LaunchParams;
+using device::NormParams;
 using device::SliceDesc;
+using device::StepControl;
 
 // A table's worth of pinned host memory and device memory of the same size. Buffers are reused
 // from call to call (one per concurrent caller per device) and never freed: they are small, and
@@ -36,6 +39,7 @@ struct StagingBuffer {
 struct DeviceState {
   std::mutex mutex;
   int grid = 0;  // persistent grid size: SMs x resident blocks per SM; 0 until first use
+  int norm_grid = 0;  // the same for the pre-pass's norm_kernel
   std::vector<StagingBuffer> free_buffers;
 };
 
@@ -60,6 +64,23 @@ int persistent_grid(int device, DeviceState& state) {
     state.grid = std::max(1, sms * std::max(1, blocks_per_sm));
   }
   return state.grid;
+}
+
+int persistent_norm_grid(int device, DeviceState& state) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.norm_grid == 0) {
+    int sms = 0;
+    PSRT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int blocks_per_sm = 0;
+    PSRT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks_per_sm, device::norm_kernel, device::kNormBlockSize, 0));
+    state.norm_grid = std::max(1, sms * std::max(1, blocks_per_sm));
+  }
+  return state.norm_grid;
+}
+
+std::size_t align_up(std::size_t n, std::size_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
 }
 
 // Holds a staging buffer of at least `bytes` for one call and returns it to the device's free
@@ -145,7 +166,7 @@ int device_of(const float* weights, std::size_t index) {
 }
 
 // Bytes of the slice table of slices[0, num_slices): num_slices SliceDescs, then every slice's
-// gradient pointers back to back.
+// gradient pointers back to back (the part copied to the device).
 std::size_t table_bytes(const SliceUpdate* slices, std::size_t num_slices) {
   std::size_t total_grads = 0;
   for (std::size_t i = 0; i < num_slices; ++i)
@@ -153,8 +174,17 @@ std::size_t table_bytes(const SliceUpdate* slices, std::size_t num_slices) {
   return num_slices * sizeof(SliceDesc) + total_grads * sizeof(const void*);
 }
 
+// Norm chunks of slices[0, num_slices) (the guard/clipping pre-pass).
+unsigned long long norm_chunks(const SliceUpdate* slices, std::size_t num_slices) {
+  unsigned long long chunks = 0;
+  for (std::size_t i = 0; i < num_slices; ++i)
+    chunks += (slices[i].count + device::kNormChunk - 1) / device::kNormChunk;
+  return chunks;
+}
+
 // Writes the slice table into `host` (table_bytes() of it), with pointers that are valid once the
-// table is copied to `device_table`, and returns the launch parameters that go with it.
+// table is copied to `device_table`, and returns the launch parameters that go with it (no
+// pre-pass control: the caller sets that).
 LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
                          void* host, void* device_table) {
   const bool has_momentum = cfg.momentum != 0.f;
@@ -165,6 +195,7 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, cons
       reinterpret_cast<const void**>(static_cast<char*>(device_table) + descs_bytes);
 
   unsigned long long items = 0;
+  unsigned long long chunks = 0;
   std::size_t next_ptr = 0;
   for (std::size_t i = 0; i < num_slices; ++i) {
     const SliceUpdate& u = slices[i];
@@ -186,7 +217,10 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, cons
                          u.num_grads,
                          static_cast<int>(u.dtype),
                          aligned ? 1 : 0,
-                         u.first_step ? 1 : 0};
+                         u.first_step ? 1 : 0,
+                         chunks,
+                         chunks + (u.count + device::kNormChunk - 1) / device::kNormChunk};
+    chunks = descs[i].chunk_end;
     items += slice_items;
     next_ptr += static_cast<std::size_t>(u.num_grads);
   }
@@ -202,6 +236,9 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, cons
   params.has_weight_decay = cfg.weight_decay != 0.f ? 1 : 0;
   params.has_momentum = has_momentum ? 1 : 0;
   params.nesterov = cfg.nesterov ? 1 : 0;
+  params.control = nullptr;
+  params.clip_coef = 1.f;
+  params.has_clip = 0;
   return params;
 }
 
@@ -230,24 +267,70 @@ struct PreparedLaunch {
   int grid = 0;
 };
 
-void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
-                           void* stream_handle) {
+StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
+                                 const SgdConfig& cfg, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
+  const bool prepass = needs_prepass(cfg);
   const int device = device_of_batch(slices);
   DeviceGuard guard(device);
   DeviceState& state = device_state(device);
 
-  const std::size_t bytes = table_bytes(slices, num_slices);
+  // Layout: the table (copied to the device); with the pre-pass, the device side also holds one
+  // fp64 partial per chunk and the StepControl, which comes back to the same offset of the host
+  // side.
+  const std::size_t upload_bytes = table_bytes(slices, num_slices);
+  const unsigned long long total_chunks = norm_chunks(slices, num_slices);
+  const std::size_t partials_offset = align_up(upload_bytes, alignof(double));
+  const std::size_t control_offset =
+      align_up(partials_offset + total_chunks * sizeof(double), alignof(StepControl));
+  const std::size_t bytes = prepass ? control_offset + sizeof(StepControl) : upload_bytes;
+
   StagingLease lease(state, bytes, stream);
-  const LaunchParams params = build_table(slices, num_slices, cfg, lease.host(), lease.device());
+  LaunchParams params = build_table(slices, num_slices, cfg, lease.host(), lease.device());
   const int grid = grid_size(params, device, state);
 
   PSRT_CUDA_CHECK(
-      cudaMemcpyAsync(lease.device(), lease.host(), bytes, cudaMemcpyHostToDevice, stream));
+      cudaMemcpyAsync(lease.device(), lease.host(), upload_bytes, cudaMemcpyHostToDevice, stream));
+  auto* device_control =
+      reinterpret_cast<StepControl*>(static_cast<char*>(lease.device()) + control_offset);
+  if (prepass) {
+    NormParams norm{};
+    norm.slices = params.slices;
+    norm.num_slices = params.num_slices;
+    norm.total_chunks = total_chunks;
+    norm.partials = reinterpret_cast<double*>(static_cast<char*>(lease.device()) + partials_offset);
+    // The grid only spreads the chunks over blocks; each chunk's sum does not depend on it.
+    const int norm_grid = static_cast<int>(
+        std::min<unsigned long long>(total_chunks, persistent_norm_grid(device, state)));
+    device::norm_kernel<<<norm_grid, device::kNormBlockSize, 0, stream>>>(norm);
+    PSRT_CUDA_CHECK(cudaGetLastError());
+    device::norm_finalize_kernel<<<1, device::kNormBlockSize, 0, stream>>>(
+        norm.partials, total_chunks, device_control, static_cast<double>(cfg.max_grad_norm),
+        cfg.skip_nonfinite ? 1 : 0);
+    PSRT_CUDA_CHECK(cudaGetLastError());
+    params.control = device_control;
+  }
   device::fused_sgd_kernel<<<grid, device::kBlockSize, 0, stream>>>(params);
   PSRT_CUDA_CHECK(cudaGetLastError());
+  auto* host_control =
+      reinterpret_cast<StepControl*>(static_cast<char*>(lease.host()) + control_offset);
+  if (prepass) {
+    PSRT_CUDA_CHECK(cudaMemcpyAsync(host_control, device_control, sizeof(StepControl),
+                                    cudaMemcpyDeviceToHost, stream));
+  }
   PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
   lease.mark_completed();
+
+  StepResult result;
+  if (prepass) {
+    result.grad_norm = host_control->norm;
+    result.skipped = host_control->skip != 0;
+    if (host_control->clip != 0) {
+      result.clipped = true;
+      result.clip_coef = host_control->clip_coef;
+    }
+  }
+  return result;
 }
 
 PreparedLaunch* prepare_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,

@@ -4,7 +4,7 @@
 //
 //   SliceUpdate slices[2] = {{w0, m0, grads0, 4, DType::kBF16, n0, 0.25f, false},
 //                            {w1, m1, grads1, 4, DType::kF32, n1, 0.25f, false}};
-//   fused_sgd_cuda(slices, cfg, stream);  // one launch; returns when both are updated
+//   const StepResult r = fused_sgd_cuda(slices, cfg, stream);  // returns when both are updated
 //
 //   FusedSgdCudaBatch batch(slices, cfg);  // table built and uploaded once
 //   batch.launch(stream);                  // enqueues one update; does not wait
@@ -18,8 +18,15 @@
 namespace psrt::kernels {
 
 // Applies every slice's update on the GPU with ONE kernel launch (plus one small host-to-device
-// copy of the slice table). Results are bit-identical to fused_sgd_cpu for the same inputs
-// whenever no NaN is involved (a GPU produces the canonical NaN where x86 keeps a payload).
+// copy of the slice table), as one step: with SgdConfig::skip_nonfinite or max_grad_norm, the
+// norm is over all the slices and two small pre-pass kernels run first (fused_sgd.h's spec,
+// fused_sgd_device.cuh's layout). Results are bit-identical to fused_sgd_cpu_step for the same
+// inputs whenever no NaN is involved (a GPU produces the canonical NaN where x86 keeps a
+// payload) and the step is not clipped: the skip decision and every unclipped step match the
+// CPU exactly. A clipped step's norm is an fp64 sum in another (fixed) order than the CPU's, so
+// grad_norm may differ in the last bits, clip_coef by an fp32 ulp, and the weights by the
+// rounding that follows; compare those with a tolerance. The norm is deterministic: the same
+// inputs give the same bits on every run and for every grid size.
 //
 // Memory: weights, momentum and every gradient of every slice must be CUDA device (or managed)
 // memory on one device, the one that holds the weights of the first non-empty slice (only those
@@ -36,12 +43,15 @@ namespace psrt::kernels {
 // Blocking: synchronises `stream` before returning, so the update is complete (and visible to
 // any stream) on return. Thread-safe: concurrent calls use separate staging buffers.
 //
+// Returns what the step did (StepResult; grad_norm only when a pre-pass ran).
+//
 // Throws psrt::Error: kInvalidArgument for an unusable SliceUpdate (null pointers, num_grads < 1,
-// an unknown dtype; checked for all slices before any CUDA call, nothing is launched) or weights
-// not in CUDA memory; kUnsupported when no usable device is present; kSystem for other CUDA
-// failures (the message names the failing CUDA call). An empty `slices`, or slices that are all
-// empty, return without touching the GPU.
-void fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream);
+// an unknown dtype; checked for all slices before any CUDA call, nothing is launched), a
+// max_grad_norm that is negative or not finite, or weights not in CUDA memory; kUnsupported when
+// no usable device is present; kSystem for other CUDA failures (the message names the failing
+// CUDA call). An empty `slices`, or slices that are all empty, return without touching the GPU
+// (a norm of 0, as the CPU computes for no elements).
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream);
 
 namespace detail {
 struct PreparedLaunch;
@@ -55,7 +65,8 @@ struct PreparedLaunchDeleter {
 // enqueues the kernel, with no host-device copy and no wait. For callers whose buffers stay put
 // from update to update (a benchmark timing the kernel alone with CUDA events; fixed server
 // slots). Every launch applies the same SliceUpdates (first_step included) with the same
-// SgdConfig, reading the buffers' contents as they are when the kernel runs; results are those of
+// SgdConfig (without the guard and clipping, which need fused_sgd_cuda's pre-pass: a config asking
+// for them is refused with kInvalidArgument), reading the buffers' contents as they are when the kernel runs; results are those of
 // fused_sgd_cuda on the same inputs.
 class FusedSgdCudaBatch {
  public:

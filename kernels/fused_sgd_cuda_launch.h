@@ -9,10 +9,11 @@
 
 namespace psrt::kernels::detail {
 
-// Launches the update of slices[0, num_slices) and waits for it. Assumes every slice passed
-// fused_sgd_cuda's validation and that at least one slice has count > 0.
-void launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
-                           void* stream);
+// Launches the update of slices[0, num_slices) (after the guard/clipping pre-pass when `cfg`
+// asks for it) and waits for it. Assumes every slice and `cfg` passed fused_sgd_cuda's
+// validation and that at least one slice has count > 0.
+StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
+                                 const SgdConfig& cfg, void* stream);
 
 // A slice table resident in device memory with the launch parameters that go with it; defined
 // in fused_sgd_cuda.cu.

@@ -8,6 +8,15 @@
 // fp16/bf16 values: one 128-bit gradient load), the last item of such a slice also covers its
 // tail one element at a time; an item of any other slice is one element. A persistent grid walks
 // the item space with a grid-wide stride, so one launch serves any mix of slice sizes.
+//
+// The guard/clipping pre-pass (fused_sgd.h), when the config asks for it, is two more kernels
+// before the update, arranged so that the norm does not depend on the grid size: every slice is
+// cut into chunks of kNormChunk elements, numbered across the launch; norm_kernel reduces each
+// chunk with one block (each thread sums its kNormElementsPerThread elements in order, then a
+// fixed shared-memory tree) into partials[chunk]; norm_finalize_kernel, one block, reduces the
+// partials the same way and writes the skip flag and clip factor to a StepControl in device
+// memory, which the update kernel reads first (a skipped step returns at once). All fp64
+// arithmetic is __dadd_rn/__dmul_rn, so nothing is contracted.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -38,6 +47,18 @@ struct SliceDesc {
   int dtype;
   int vectorised;  // 1: items of kVectorWidth elements; 0: items of one element
   int first_step;
+  unsigned long long chunk_begin;  // [chunk_begin, chunk_end): this slice's pre-pass chunks
+  unsigned long long chunk_end;
+};
+
+// The pre-pass's verdict, written by norm_finalize_kernel, read by fused_sgd_kernel and copied
+// back to the host.
+struct StepControl {
+  double sum_of_squares;
+  double norm;
+  float clip_coef;  // the factor applied when clip != 0
+  int skip;         // 1: skip_nonfinite and a non-finite norm; the update writes nothing
+  int clip;         // 1: max_grad_norm > 0 and clip_coef < 1
 };
 
 // Loop invariants of the launch, passed by value as the kernel's parameter.
@@ -52,12 +73,18 @@ struct LaunchParams {
   int has_weight_decay;
   int has_momentum;
   int nesterov;
+  // The pre-pass's verdict, or null when the config asks for none. The kernel copies its clip
+  // factor into clip_coef/has_clip below before updating anything.
+  const StepControl* control;
+  float clip_coef;
+  int has_clip;
 };
 
 // The spec's steps after the sum, for one element held in registers.
 __device__ __forceinline__ void update_element(float g, float& w, float& m, const LaunchParams& p,
                                                float grad_scale, bool first_step) {
   g = __fmul_rn(g, grad_scale);
+  if (p.has_clip) g = __fmul_rn(g, p.clip_coef);
   if (p.has_weight_decay) g = __fadd_rn(g, __fmul_rn(p.weight_decay, w));
   if (p.has_momentum) {
     const float buf =
@@ -244,10 +271,16 @@ inline constexpr int kBlockSize = 256;
 
 // The persistent kernel: each thread takes items thread, thread + stride, ...; its slice index
 // only moves forward, so it looks a slice up only when it crosses into a new one.
-__global__ void __launch_bounds__(kBlockSize) fused_sgd_kernel(LaunchParams p) {
+__global__ void __launch_bounds__(kBlockSize) fused_sgd_kernel(LaunchParams params) {
   const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
   unsigned long long item = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= p.total_items) return;
+  if (item >= params.total_items) return;
+  LaunchParams p = params;
+  if (p.control != nullptr) {
+    if (p.control->skip) return;  // a non-finite gradient: nothing is written
+    p.has_clip = p.control->clip;
+    p.clip_coef = p.control->clip_coef;
+  }
   int index = find_slice(p, 0, item);
   SliceDesc s = p.slices[index];
   for (; item < p.total_items; item += stride) {
@@ -268,6 +301,149 @@ __global__ void __launch_bounds__(kBlockSize) fused_sgd_kernel(LaunchParams p) {
         break;
     }
   }
+}
+
+// --- the guard/clipping pre-pass ---
+
+inline constexpr int kNormBlockSize = 256;
+inline constexpr int kNormElementsPerThread = 16;
+inline constexpr unsigned long long kNormChunk =
+    static_cast<unsigned long long>(kNormBlockSize) * kNormElementsPerThread;
+
+struct NormParams {
+  const SliceDesc* slices;
+  int num_slices;
+  unsigned long long total_chunks;
+  double* partials;  // total_chunks values, one per chunk
+};
+
+// Gradient element i through the read-only cache: the update kernel reads the gradients again
+// right after, so these loads do not carry the streaming hint.
+template <int T>
+__device__ __forceinline__ float load_grad_cached(const void* grad, unsigned long long i) {
+  if constexpr (T == kF32) {
+    return __ldg(static_cast<const float*>(grad) + i);
+  } else {
+    return widen16<T>(__ldg(static_cast<const unsigned short*>(grad) + i));
+  }
+}
+
+// This thread's share of elements [begin, end) of a slice: begin + threadIdx.x + k *
+// kNormBlockSize for k = 0, 1, ...; returns the fp64 sum of their squared aggregated gradients
+// (formed exactly as the update forms them), added in k order.
+template <int T>
+__device__ __forceinline__ double thread_sum_of_squares(const SliceDesc& s,
+                                                        unsigned long long begin,
+                                                        unsigned long long end) {
+  float g[kNormElementsPerThread];
+#pragma unroll
+  for (int k = 0; k < kNormElementsPerThread; ++k) {
+    const unsigned long long i =
+        begin + threadIdx.x + static_cast<unsigned long long>(k) * kNormBlockSize;
+    g[k] = i < end ? load_grad_cached<T>(s.grads[0], i) : 0.f;
+  }
+  for (int j = 1; j < s.num_grads; ++j) {
+    const void* src = s.grads[j];
+#pragma unroll
+    for (int k = 0; k < kNormElementsPerThread; ++k) {
+      const unsigned long long i =
+          begin + threadIdx.x + static_cast<unsigned long long>(k) * kNormBlockSize;
+      if (i < end) g[k] = __fadd_rn(g[k], load_grad_cached<T>(src, i));
+    }
+  }
+  double acc = 0.0;
+#pragma unroll
+  for (int k = 0; k < kNormElementsPerThread; ++k) {
+    const unsigned long long i =
+        begin + threadIdx.x + static_cast<unsigned long long>(k) * kNormBlockSize;
+    if (i < end) {
+      const double d = __fmul_rn(g[k], s.grad_scale);
+      acc = __dadd_rn(acc, __dmul_rn(d, d));
+    }
+  }
+  return acc;
+}
+
+// Sums shared[0, kNormBlockSize) into shared[0] in a fixed pairing; every thread of the block
+// must call it.
+__device__ __forceinline__ void block_tree_sum(double* shared) {
+  __syncthreads();
+#pragma unroll
+  for (int stride = kNormBlockSize / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride)
+      shared[threadIdx.x] = __dadd_rn(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+}
+
+// The slice whose chunks include `chunk` (binary search, as find_slice).
+__device__ __forceinline__ int find_chunk_slice(const NormParams& p, unsigned long long chunk) {
+  int lo = 0;
+  int hi = p.num_slices - 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (p.slices[mid].chunk_end > chunk) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// One block per chunk (blocks stride over the chunks): partials[chunk] = the chunk's sum of
+// squares. Which block reduces a chunk does not change the result.
+__global__ void __launch_bounds__(kNormBlockSize) norm_kernel(NormParams p) {
+  __shared__ double shared[kNormBlockSize];
+  for (unsigned long long chunk = blockIdx.x; chunk < p.total_chunks; chunk += gridDim.x) {
+    const SliceDesc& s = p.slices[find_chunk_slice(p, chunk)];
+    const unsigned long long begin = (chunk - s.chunk_begin) * kNormChunk;
+    const unsigned long long end = begin + kNormChunk < s.count ? begin + kNormChunk : s.count;
+    double acc;
+    switch (s.dtype) {
+      case kF32:
+        acc = thread_sum_of_squares<kF32>(s, begin, end);
+        break;
+      case kF16:
+        acc = thread_sum_of_squares<kF16>(s, begin, end);
+        break;
+      default:
+        acc = thread_sum_of_squares<kBF16>(s, begin, end);
+        break;
+    }
+    shared[threadIdx.x] = acc;
+    block_tree_sum(shared);
+    if (threadIdx.x == 0) p.partials[chunk] = shared[0];
+    __syncthreads();  // shared[0] is read before the next chunk overwrites it
+  }
+}
+
+// One block: sums the partials (thread t takes t, t + kNormBlockSize, ... in order, then the
+// tree) and decides the step as fused_sgd_cpu_step does.
+__global__ void __launch_bounds__(kNormBlockSize)
+    norm_finalize_kernel(const double* partials, unsigned long long num_partials,
+                         StepControl* control, double max_grad_norm, int skip_nonfinite) {
+  __shared__ double shared[kNormBlockSize];
+  double acc = 0.0;
+  for (unsigned long long i = threadIdx.x; i < num_partials; i += kNormBlockSize)
+    acc = __dadd_rn(acc, partials[i]);
+  shared[threadIdx.x] = acc;
+  block_tree_sum(shared);
+  if (threadIdx.x != 0) return;
+  StepControl c;
+  c.sum_of_squares = shared[0];
+  c.norm = __dsqrt_rn(c.sum_of_squares);
+  c.skip = skip_nonfinite && !isfinite(c.norm) ? 1 : 0;
+  c.clip = 0;
+  c.clip_coef = 1.f;
+  if (!c.skip && max_grad_norm > 0.0) {
+    const float coef = __double2float_rn(__ddiv_rn(max_grad_norm, __dadd_rn(c.norm, 1e-6)));
+    if (coef < 1.f) {
+      c.clip = 1;
+      c.clip_coef = coef;
+    }
+  }
+  *control = c;
 }
 
 }  // namespace psrt::kernels::device

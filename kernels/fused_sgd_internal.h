@@ -8,6 +8,7 @@
 // these helpers use no std:: templates.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -19,22 +20,25 @@ namespace psrt::kernels::detail {
 // every ISA) uses the same fp32 constants.
 struct ElementParams {
   float grad_scale;
+  float clip_coef;  // the step's clipping factor; used only when has_clip
   float lr;
   float weight_decay;
   float momentum;
   float one_minus_dampening;  // 1 - dampening, rounded to fp32 once
+  bool has_clip;              // a separate flag, so an unclipped step does no multiply at all
   bool has_weight_decay;
   bool has_momentum;
   bool nesterov;
   bool first_step;
 };
 
-static inline ElementParams make_element_params(const SliceUpdate& u, const SgdConfig& cfg) {
-  return ElementParams{u.grad_scale,        cfg.lr,
-                       cfg.weight_decay,    cfg.momentum,
-                       1.f - cfg.dampening, cfg.weight_decay != 0.f,
-                       cfg.momentum != 0.f, cfg.nesterov,
-                       u.first_step};
+// clip_coef: the step's factor when it clips (< 1), else 1 (no multiply).
+static inline ElementParams make_element_params(const SliceUpdate& u, const SgdConfig& cfg,
+                                                float clip_coef) {
+  return ElementParams{
+      u.grad_scale,        clip_coef,           cfg.lr,          cfg.weight_decay,
+      cfg.momentum,        1.f - cfg.dampening, clip_coef < 1.f, cfg.weight_decay != 0.f,
+      cfg.momentum != 0.f, cfg.nesterov,        u.first_step};
 }
 
 // Exact fp16 -> fp32, including subnormals, infinities and NaNs. A NaN keeps its payload and
@@ -89,6 +93,7 @@ static inline float load_grad(const void* grads, std::size_t i) {
 // operations in the same order on each lane.
 static inline void update_element(float g, float* w, float* m, const ElementParams& p) {
   g = g * p.grad_scale;
+  if (p.has_clip) g = g * p.clip_coef;
   if (p.has_weight_decay) g = g + p.weight_decay * *w;
   if (p.has_momentum) {
     const float buf = p.first_step ? g : p.momentum * *m + p.one_minus_dampening * g;
@@ -110,10 +115,35 @@ static inline void update_elements_scalar(const SliceUpdate& u, const ElementPar
   }
 }
 
+// The pre-pass's fp64 partial sums of squares (fused_sgd.h): element i of a slice adds to
+// partial i % kNormPartials. 16 so that one AVX-512 vector, or two AVX2 vectors, of consecutive
+// elements feed the partials lane for lane.
+inline constexpr std::size_t kNormPartials = 16;
+
+// The pre-pass over elements [begin, end) one at a time: the scalar backend's whole loop and
+// every ISA's tail. g is formed exactly as update_elements_scalar forms it.
+template <DType T>
+static inline void accumulate_squares_scalar(const SliceUpdate& u, std::size_t begin,
+                                             std::size_t end, double* partials) {
+  for (std::size_t i = begin; i < end; ++i) {
+    float g = load_grad<T>(u.grads[0], i);
+    for (int j = 1; j < u.num_grads; ++j)
+      g = g + load_grad<T>(u.grads[j], i);
+    g = g * u.grad_scale;
+    const double d = g;
+    partials[i % kNormPartials] = partials[i % kNormPartials] + d * d;
+  }
+}
+
 // One per ISA, each in its own file compiled for that ISA. They assume a validated SliceUpdate
-// (fused_sgd.cc checks it) and that the CPU has the ISA.
-void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg);
-void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg);
-void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg);
+// (fused_sgd.cc checks it) and that the CPU has the ISA. clip_coef as for make_element_params.
+void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
+void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
+void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
+
+// The pre-pass over one slice: adds its squares to partials[kNormPartials] in the order above.
+void sum_squares_scalar(const SliceUpdate& u, double* partials);
+void sum_squares_avx2(const SliceUpdate& u, double* partials);
+void sum_squares_avx512(const SliceUpdate& u, double* partials);
 
 }  // namespace psrt::kernels::detail

@@ -5,8 +5,8 @@
 
 namespace psrt::kernels::detail {
 
-void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg) {
-  const ElementParams p = make_element_params(u, cfg);
+void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+  const ElementParams p = make_element_params(u, cfg, clip_coef);
   switch (u.dtype) {
     case DType::kF32:
       update_elements_scalar<DType::kF32>(u, p, 0, u.count);
@@ -16,6 +16,20 @@ void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg) {
       break;
     case DType::kBF16:
       update_elements_scalar<DType::kBF16>(u, p, 0, u.count);
+      break;
+  }
+}
+
+void sum_squares_scalar(const SliceUpdate& u, double* partials) {
+  switch (u.dtype) {
+    case DType::kF32:
+      accumulate_squares_scalar<DType::kF32>(u, 0, u.count, partials);
+      break;
+    case DType::kF16:
+      accumulate_squares_scalar<DType::kF16>(u, 0, u.count, partials);
+      break;
+    case DType::kBF16:
+      accumulate_squares_scalar<DType::kBF16>(u, 0, u.count, partials);
       break;
   }
 }

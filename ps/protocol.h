@@ -130,8 +130,13 @@ Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
 std::vector<std::byte> encode_ranks(std::span<const std::uint32_t> ranks);
 Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>& out);
 
-// kSetOptimizer payload: lr, momentum, dampening, weight_decay (f32), nesterov (u32).
-inline constexpr std::size_t kOptimizerRecordBytes = 20;
+// kSetOptimizer payload (24 bytes): lr, momentum, dampening, weight_decay (f32), flags (u32:
+// bit 0 nesterov, bit 1 skip_nonfinite; other bits must be 0), max_grad_norm (f32, finite,
+// >= 0). The first 20 bytes are the old record's, whose nesterov word was 0 or 1; a peer of the
+// old build is refused by the payload size check, with a message naming both sizes.
+inline constexpr std::size_t kOptimizerRecordBytes = 24;
+inline constexpr std::uint32_t kOptimizerNesterov = 1u << 0;
+inline constexpr std::uint32_t kOptimizerSkipNonfinite = 1u << 1;
 std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c);
 Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out);
 

@@ -19,7 +19,8 @@ Error refuse(ErrorCode code, std::string message) { return Error(code, std::move
 
 bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
   return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
-         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov;
+         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov &&
+         a.max_grad_norm == b.max_grad_norm && a.skip_nonfinite == b.skip_nonfinite;
 }
 
 }  // namespace
@@ -469,9 +470,10 @@ void Server::run_update(Update& u) {
                               version % config_.checkpoint_every == 0;
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock.
+  kernels::StepResult result;
   try {
     if (gpu_) {
-      update_on_device(s, u, cfg, checkpoint_due);
+      result = update_on_device(s, u, cfg, checkpoint_due);
     } else {
       bool first_step = false;
       if (cfg.momentum != 0.f && s.momentum.empty()) {
@@ -489,11 +491,19 @@ void Server::run_update(Update& u) {
       k.count = s.count;
       k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
       k.first_step = first_step;
-      kernels::apply_update(k, cfg, MemoryType::kHost);
+      result = kernels::apply_update(k, cfg, MemoryType::kHost);
+      // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
+      // the next applied round is torch's first step again (buffer := gradient).
+      if (result.skipped && first_step) s.momentum.clear();
     }
   } catch (const Error& e) {
     PSRT_LOG_ERROR("update of key {} slice {} failed: {}", s.key, s.index, e.what());
   }
+  if (result.skipped)
+    PSRT_LOG_WARN(
+        "key {} slice {} version {}: the aggregated gradient holds a NaN or an "
+        "infinity (norm {}); update skipped, weights and momentum unchanged",
+        s.key, s.index, version, result.grad_norm);
   if (checkpoint_due) {
     try {
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
@@ -506,7 +516,7 @@ void Server::run_update(Update& u) {
                      version, e.what());
     }
   }
-  trace(u, version);
+  trace(u, version, kernels::needs_prepass(cfg) ? &result : nullptr);
   {
     std::lock_guard lock(s.mu);
     s.version = version;
@@ -530,20 +540,29 @@ void Server::run_update(Update& u) {
   after_change(s);
 }
 
-void Server::trace(const Update& u, std::uint64_t version) {
+void Server::trace(const Update& u, std::uint64_t version, const kernels::StepResult* step) {
   if (!trace_) return;
   std::string ranks, clocks;
   for (std::size_t i = 0; i < u.ranks.size(); ++i) {
     ranks += fmt::format("{}{}", i ? "," : "", u.ranks[i]);
     clocks += fmt::format("{}{}", i ? "," : "", u.clocks[i]);
   }
+  // The guard's and clipping's outcome, when the config asked for them. JSON has no NaN or
+  // infinity, so a non-finite norm is written as null.
+  std::string guard;
+  if (step) {
+    guard = std::isfinite(step->grad_norm) ? fmt::format(",\"grad_norm\":{}", step->grad_norm)
+                                           : std::string(",\"grad_norm\":null");
+    if (step->clipped) guard += fmt::format(",\"clip_coef\":{}", step->clip_coef);
+    if (step->skipped) guard += ",\"skipped\":true";
+  }
   std::lock_guard lock(trace_mu_);
   std::fprintf(trace_,
                "{\"key\":%llu,\"slice\":%u,\"version\":%llu,\"ranks\":[%s],\"clocks\":[%s],"
-               "\"slowest\":%llu}\n",
+               "\"slowest\":%llu%s}\n",
                static_cast<unsigned long long>(u.slice->key), u.slice->index,
                static_cast<unsigned long long>(version), ranks.c_str(), clocks.c_str(),
-               static_cast<unsigned long long>(u.slowest));
+               static_cast<unsigned long long>(u.slowest), guard.c_str());
   std::fflush(trace_);
 }
 

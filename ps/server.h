@@ -148,14 +148,16 @@ class Server final : public Handler {
   void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);
   void after_receive_on_device(GradBuf& g);
   void init_on_device(Slice& s);
-  void update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg, bool checkpoint_due);
+  kernels::StepResult update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+                                       bool checkpoint_due);
   void on_device_info(Peer& peer, const Header& h);
   void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);
   // Writes the weights into an IPC waiter's output; the status of that copy.
   Status copy_to_ipc_output(const Slice& s, const PullWaiter& w);
   ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
-  void trace(const Update& u, std::uint64_t version);
+  // `step`: the update's guard/clipping outcome when the config asked for one, else null.
+  void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
   ServerConfig config_;
   std::mutex sgd_mu_;

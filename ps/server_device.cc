@@ -62,8 +62,8 @@ void Server::init_on_device(Slice& s) {
   s.pinned_weights = device::HostRegistration::pin(s.weights.data(), bytes);
 }
 
-void Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
-                              bool checkpoint_due) {
+kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+                                             bool checkpoint_due) {
   Gpu& gpu = *gpu_;
   const std::size_t bytes = s.count * sizeof(float);
   bool first_step = false;
@@ -86,7 +86,10 @@ void Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg
   k.count = s.count;
   k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
   k.first_step = first_step;
-  kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
+  const kernels::StepResult result =
+      kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
+  // A skipped first step wrote nothing: the buffer stays "not yet initialised" (see run_update).
+  if (result.skipped && first_step) s.d_momentum = device::DeviceMemory();
   if (!gpu.transport_cuda || checkpoint_due)
     device::copy_async(s.weights.data(), s.d_weights.data(), bytes, gpu.compute);
   if (checkpoint_due && s.d_momentum) {
@@ -94,6 +97,7 @@ void Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg
     device::copy_async(s.momentum.data(), s.d_momentum.data(), bytes, gpu.compute);
   }
   gpu.compute.synchronize();
+  return result;
 }
 
 void Server::on_device_info(Peer& peer, const Header& h) {

@@ -88,7 +88,7 @@ Outcome check_optimizer(std::span<const std::byte> payload) {
   if (!decode_optimizer(payload, c).ok()) return Outcome::kStructuredRejected;
   require(c.lr >= 0.f && c.lr <= 3.4e38f && c.momentum >= 0.f && c.momentum <= 3.4e38f &&
               c.weight_decay >= 0.f && c.weight_decay <= 3.4e38f && c.dampening >= 0.f &&
-              c.dampening <= 1.f,
+              c.dampening <= 1.f && c.max_grad_norm >= 0.f && c.max_grad_norm <= 3.4e38f,
           "an optimizer value out of range");
   require(!c.nesterov || (c.momentum > 0.f && c.dampening == 0.f),
           "Nesterov without momentum or with dampening");

@@ -110,6 +110,8 @@ std::map<std::string, Seed> seeds() {
   c.lr = 0.1f;
   c.momentum = 0.9f;
   c.nesterov = true;
+  c.max_grad_norm = 5.f;
+  c.skip_nonfinite = true;
   s["seed-set-optimizer"] = {message(header(MsgType::kSetOptimizer, 6), encode_optimizer(c)),
                              Outcome::kStructuredAccepted};
   s["seed-barrier"] = {message(header(MsgType::kBarrier, 8)), Outcome::kHeaderOnly};
@@ -179,6 +181,12 @@ std::map<std::string, Seed> malformed() {
   b = all.at("seed-push-ipc").bytes;
   for (std::size_t i = 0; i < 8; ++i) b[kHeaderBytes + 72 + i] = std::byte{0};  // allocation 0
   m["IPC offset outside its allocation"] = {b, Outcome::kStructuredRejected};
+  b = all.at("seed-set-optimizer").bytes;
+  b[kHeaderBytes + 16] = std::byte{0x04};  // a flag bit no build defines
+  m["unknown optimizer flag"] = {b, Outcome::kStructuredRejected};
+  b = all.at("seed-set-optimizer").bytes;
+  b[kHeaderBytes + 23] = std::byte{0xff};  // max_grad_norm becomes a NaN
+  m["NaN max_grad_norm"] = {b, Outcome::kStructuredRejected};
   return m;
 }
 

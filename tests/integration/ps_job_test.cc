@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "transport/factory.h"
 
@@ -149,6 +151,62 @@ TEST(Job, ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers) {
   EXPECT_EQ(std::stod(r.out.substr(p + 6)), -applied) << r.out;
 }
 
+// --skip-nonfinite: a NaN in one worker's gradient skips the update of the slice it lands in
+// (weights and momentum exactly unchanged, the round still counts) and the next finite round
+// applies exactly, as that slice's first momentum step; the worker checks the values, this test
+// the warning and the trace.
+TEST(Job, NonFiniteGradientLeavesItsSliceUnchanged) {
+  auto trace = scratch("guard_trace.jsonl");
+  auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(),
+                 "--transport tcp -n 2 --lr 1 --momentum 0.5 --dampening 0.5 --skip-nonfinite "
+                 "--partition-bytes 4096",
+                 "guard");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS guard"), 2) << r.out;
+  EXPECT_EQ(r.count("update skipped, weights and momentum unchanged"), 1) << r.out;
+  EXPECT_NE(r.out.find("key 0 slice 1 version 1:"), std::string::npos) << r.out;
+  auto lines = read_trace(trace);
+  ASSERT_EQ(lines.size(), 6u);  // 3 slices x 2 rounds
+  int skipped = 0;
+  for (const auto& l : lines) {
+    ASSERT_TRUE(l.contains("grad_norm")) << l.dump();
+    if (!l.contains("skipped")) {
+      EXPECT_TRUE(l["grad_norm"].is_number()) << l.dump();
+      continue;
+    }
+    ++skipped;
+    EXPECT_EQ(l["skipped"], true);
+    EXPECT_EQ(l["slice"], 1) << l.dump();
+    EXPECT_EQ(l["version"], 1) << l.dump();
+    EXPECT_TRUE(l["grad_norm"].is_null()) << "a NaN norm is null in JSON: " << l.dump();
+  }
+  EXPECT_EQ(skipped, 1);
+}
+
+// --max-grad-norm 1 (and the same through Worker::set_optimizer): the mean gradient (3, 4) is
+// scaled by float(1 / (5 + 1e-6)), checked exactly by the workers; the next round's (0.5, 0.25)
+// is within the bound and applied as it is.
+TEST(Job, MaxGradNormClipsTheMeanGradientExactly) {
+  for (const auto& [args, worker] :
+       {std::pair<std::string, std::string>{"--max-grad-norm 1", "clip"},
+        std::pair<std::string, std::string>{"", "clip --max-norm 1"}}) {
+    SCOPED_TRACE(args + " / " + worker);
+    auto trace = scratch("clip_trace.jsonl");
+    auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 2 --lr 1 " + args,
+                   worker);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.count("PASS clip"), 2) << r.out;
+    auto lines = read_trace(trace);
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0]["grad_norm"].get<double>(), 5.0) << lines[0].dump();
+    EXPECT_EQ(lines[0]["clip_coef"].get<float>(), static_cast<float>(1.0 / (5.0 + 1e-6)))
+        << lines[0].dump();
+    EXPECT_NEAR(lines[1]["grad_norm"].get<double>(), std::sqrt(0.3125), 1e-12);
+    EXPECT_FALSE(lines[1].contains("clip_coef")) << lines[1].dump();
+    EXPECT_FALSE(lines[0].contains("skipped")) << lines[0].dump();
+  }
+}
+
 TEST(JobFault, KilledWorkerStopsTheJobNamingIt) {
   auto r = psrun("", "--transport tcp -n 3 --lr 1", "kill --rounds 1000 --kill-after 2");
   EXPECT_NE(r.rc, 0) << r.out;
@@ -193,6 +251,12 @@ TEST(Psrun, BadCommandLinesAreRefusedWithTheCause) {
   r = psrun("", "--nesterov", "exact");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--nesterov needs --momentum"), std::string::npos) << r.out;
+  r = psrun("", "--max-grad-norm -1", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--max-grad-norm"), std::string::npos) << r.out;
+  r = psrun("", "--max-grad-norm nan", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--max-grad-norm must be a finite number"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 //                                                  rerun resumes from the checkpoint
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
 //                                                  1, 2 check sum-mode rounds stay exact
+//   ps_worker guard                                2 workers, --skip-nonfinite: a NaN in one
+//                                                  slice leaves that slice exactly unchanged
+//   ps_worker clip [--max-norm X]                  2 workers, clipping to norm 1 (psrun's
+//                                                  --max-grad-norm, or set_optimizer with X)
 #include <cmath>
 #include <unistd.h>
 
@@ -35,6 +39,7 @@ struct Args {
   int kill_after = -1;
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
+  float max_norm = 0.f;  // clip: > 0 sets the optimizer through the API
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -52,6 +57,8 @@ Args parse(int argc, char** argv) {
     if (k == "--rounds") a.rounds = std::stoi(v);
     else if (k == "--kill-after") a.kill_after = std::stoi(v);
     else if (k == "--stop-file") a.stop_file = v;
+    else if (k == "--max-norm")
+      a.max_norm = std::stof(v);
     else if (k == "--sizes") {
       a.sizes.clear();
       for (std::size_t p = 0; p < v.size();) {
@@ -200,6 +207,69 @@ void honest(psrt::Worker& w, const Args& a) {
   }
 }
 
+// Compares every weight with `want` exactly.
+void expect_weights(const std::vector<float>& got, const std::vector<float>& want,
+                    const std::string& when) {
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i])
+      fail(when + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+           ", expected " + std::to_string(want[i]));
+}
+
+// psrun -n 2 --lr 1 --momentum 0.5 --dampening 0.5 --skip-nonfinite --partition-bytes 4096:
+// 3000 weights in 3 equal slices [0, 1000), [1000, 2000), [2000, 3000). Rank r pushes
+// (r+1)(t+1) + i%3 in round t, so round t's mean is a_t = 1.5(t+1) + i%3; in round 0 rank 0's
+// element 1500 is a NaN. Slice 1 skips round 0 (weights exactly unchanged) and round 1 is its
+// first momentum step (buf = a_1); slices 0 and 2 take both rounds (buf = a_0, then
+// 0.5 a_0 + 0.5 a_1). Every value is a multiple of 0.25, so fp32 is exact.
+void guard(psrt::Worker& w) {
+  constexpr std::size_t kSize = 3000;
+  std::vector<float> init(kSize), weights(kSize), grad(kSize);
+  for (std::size_t i = 0; i < kSize; ++i)
+    init[i] = init_value(i);
+  w.init(0, init);
+  const auto skipped = [](std::size_t i) { return i >= 1000 && i < 2000; };
+  const auto mean = [](int t, std::size_t i) {
+    return 1.5f * static_cast<float>(t + 1) + static_cast<float>(i % 3);
+  };
+  std::vector<float> want(kSize);
+  for (int t = 0; t < 2; ++t) {
+    for (std::size_t i = 0; i < kSize; ++i)
+      grad[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 3));
+    if (t == 0 && w.rank() == 0) grad[1500] = std::nanf("");
+    w.push_pull(0, grad, weights).wait();
+    for (std::size_t i = 0; i < kSize; ++i) {
+      if (t == 0) {
+        want[i] = skipped(i) ? init[i] : init[i] - mean(0, i);
+      } else {
+        want[i] = skipped(i) ? init[i] - mean(1, i)
+                             : init[i] - mean(0, i) - (0.5f * mean(0, i) + 0.5f * mean(1, i));
+      }
+    }
+    expect_weights(weights, want, "round " + std::to_string(t));
+  }
+}
+
+// Two workers push (2, 4) and (4, 4): the mean (3, 4) has norm 5, clipped to 1 with
+// coef = float(1 / (5 + 1e-6)). Then (1, 0.5) and (0, 0): the mean (0.5, 0.25) has norm < 1 and
+// is applied as it is. lr 1, no momentum.
+void clip(psrt::Worker& w, const Args& a) {
+  if (a.max_norm > 0.f) w.set_optimizer({.lr = 1.f, .max_grad_norm = a.max_norm});
+  const std::vector<float> init = {init_value(0), init_value(1)};
+  std::vector<float> weights(2);
+  w.init(0, init);
+  const std::vector<float> first =
+      w.rank() == 0 ? std::vector<float>{2.f, 4.f} : std::vector<float>{4.f, 4.f};
+  w.push_pull(0, first, weights).wait();
+  const auto coef = static_cast<float>(1.0 / (5.0 + 1e-6));
+  const std::vector<float> clipped = {init[0] - 3.f * coef, init[1] - 4.f * coef};
+  expect_weights(weights, clipped, "the clipped round");
+  const std::vector<float> second =
+      w.rank() == 0 ? std::vector<float>{1.f, 0.5f} : std::vector<float>{0.f, 0.f};
+  w.push_pull(0, second, weights).wait();
+  expect_weights(weights, {clipped[0] - 0.5f, clipped[1] - 0.25f}, "the unclipped round");
+}
+
 }  // namespace
 
 // A learning-rate schedule carried by the pushes (--lr 1): round t uses rate t, so the weights
@@ -252,6 +322,10 @@ int main(int argc, char** argv) {
       schedule(w, a);
     } else if (a.scenario == "elastic") {
       elastic(w, a);
+    } else if (a.scenario == "guard") {
+      guard(w);
+    } else if (a.scenario == "clip") {
+      clip(w, a);
     } else {
       fail("unknown scenario " + a.scenario);
     }

@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -102,6 +105,7 @@ struct Case {
 struct SliceFixture {
   SliceFixture(const Case& c, const SgdConfig& cfg, std::mt19937_64& rng)
       : c_(c),
+        has_momentum_(cfg.momentum != 0.f),
         grads(make_grads(c.dtype, c.num_grads, c.count, GradRange::kWide, rng)),
         weights(random_weights(c.count, rng)),
         momentum(cfg.momentum != 0.f ? random_weights(c.count, rng) : std::vector<float>()),
@@ -130,28 +134,54 @@ struct SliceFixture {
   SliceUpdate device_update() {
     SliceUpdate u = host_update();
     u.weights = static_cast<float*>(d_weights.data());
-    u.momentum = momentum.empty() ? nullptr : static_cast<float*>(d_momentum.data());
+    // From the config, not from `momentum`: an empty slice's host vector is empty too, but
+    // with momentum on the update still needs a (non-null) buffer.
+    u.momentum = has_momentum_ ? static_cast<float*>(d_momentum.data()) : nullptr;
     u.grads = d_grad_ptrs.data();
     return u;
   }
 
   // Runs the CPU reference on the host copies and compares the device results bit for bit.
   void expect_matches_cpu(const SgdConfig& cfg, const std::string& label) {
-    fused_sgd_cpu(host_update(), cfg);
+    // An empty slice has nothing to compare, and its empty host vectors have null data(),
+    // which the CPU update refuses.
+    if (c_.count > 0) fused_sgd_cpu(host_update(), cfg);
+    expect_device_matches_host(label);
+  }
+
+  // Compares the device weights and momentum with the host copies: bit for bit, or with
+  // `tolerance` relative to max(1, |host value|) when it is > 0 (a clipped step, whose coef may
+  // differ by an ulp between CPU and GPU).
+  void expect_device_matches_host(const std::string& label, double tolerance = 0) {
     std::vector<float> w(c_.count);
     d_weights.download(w.data());
-    EXPECT_EQ(std::memcmp(w.data(), weights.data(), w.size() * 4), 0)
-        << label << ": weights differ, first at " << first_difference(w, weights);
+    expect_close(w, weights, tolerance, label + ": weights");
     EXPECT_TRUE(d_weights.guards_intact()) << label << ": wrote outside the weights";
     if (!momentum.empty()) {
       std::vector<float> m(c_.count);
       d_momentum.download(m.data());
-      EXPECT_EQ(std::memcmp(m.data(), momentum.data(), m.size() * 4), 0)
-          << label << ": momentum differs, first at " << first_difference(m, momentum);
+      expect_close(m, momentum, tolerance, label + ": momentum");
       EXPECT_TRUE(d_momentum.guards_intact()) << label << ": wrote outside the momentum";
     }
     for (const auto& g : d_grads)
       EXPECT_TRUE(g->guards_intact()) << label << ": wrote around a gradient";
+  }
+
+  static void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                           double tolerance, const std::string& label) {
+    if (tolerance == 0) {
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << label << " differ, first at " << first_difference(got, want);
+      return;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double bound = tolerance * std::max(1.0, std::abs(static_cast<double>(want[i])));
+      if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= bound)) {
+        ADD_FAILURE() << label << " differ beyond " << tolerance << " at " << i << " (gpu "
+                      << got[i] << " cpu " << want[i] << ")";
+        return;
+      }
+    }
   }
 
   static std::string first_difference(const std::vector<float>& got,
@@ -166,6 +196,7 @@ struct SliceFixture {
   }
 
   Case c_;
+  bool has_momentum_;
   GradSet grads;
   std::vector<float> weights;
   std::vector<float> momentum;
@@ -341,6 +372,199 @@ TEST(CudaFusedSgd, HostWeightsAreRejected) {
   EXPECT_EQ(w, std::vector<float>(16, 1.f));
 }
 
+// --- the guard and clipping (SgdConfig::skip_nonfinite, max_grad_norm) ---
+
+// Poisons element `at` of gradient `j` on the host copy and on the device with a NaN or an
+// infinity in the gradient's dtype.
+void poison_gradient(SliceFixture& f, int j, std::size_t at, int kind) {
+  const DType t = f.grads.dtype;
+  auto& bytes = f.grads.bytes[static_cast<std::size_t>(j)];
+  if (t == DType::kF32) {
+    const float v = kind == 0   ? std::numeric_limits<float>::quiet_NaN()
+                    : kind == 1 ? std::numeric_limits<float>::infinity()
+                                : -std::numeric_limits<float>::infinity();
+    std::memcpy(&bytes[at * 4], &v, 4);
+  } else {
+    const bool half = t == DType::kF16;
+    const std::uint16_t v = kind == 0   ? (half ? 0x7e00 : 0x7fc0)
+                            : kind == 1 ? (half ? 0x7c00 : 0x7f80)
+                                        : (half ? 0xfc00 : 0xff80);
+    std::memcpy(&bytes[at * 2], &v, 2);
+  }
+  f.d_grads[static_cast<std::size_t>(j)]->upload(bytes.data());
+}
+
+// Runs one step over `fixtures` on the GPU and on the CPU (host copies); returns both results.
+std::pair<StepResult, StepResult> run_step_both(
+    std::vector<std::unique_ptr<SliceFixture>>& fixtures, const SgdConfig& cfg) {
+  std::vector<SliceUpdate> device, host;
+  for (auto& f : fixtures) {
+    device.push_back(f->device_update());
+    if (f->c_.count > 0) host.push_back(f->host_update());  // see expect_matches_cpu
+  }
+  const StepResult gpu = fused_sgd_cuda(device, cfg, nullptr);
+  const StepResult cpu = fused_sgd_cpu_step(host, cfg);
+  return {gpu, cpu};
+}
+
+SgdConfig guarded(SgdConfig cfg, bool skip, float max_grad_norm) {
+  cfg.skip_nonfinite = skip;
+  cfg.max_grad_norm = max_grad_norm;
+  return cfg;
+}
+
+// A NaN or infinity in any one gradient, at the first, a middle or the last element: the GPU
+// skips the step as the CPU does, and nothing on the device changes.
+TEST(CudaFusedSgdGuard, NonFiniteGradientSkipsTheStep) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(101);
+  const SgdConfig cfg = guarded({0.03f, 0.9f, 0.f, 5e-4f, false}, true, 0.f);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{100003}}) {
+      for (std::size_t at : {std::size_t{0}, count / 2, count - 1}) {
+        for (int kind = 0; kind < 3; ++kind) {
+          for (bool misaligned : {false, true}) {
+            const Case c{dtype, 3, count, at == 0, misaligned};
+            std::vector<std::unique_ptr<SliceFixture>> f;
+            f.push_back(std::make_unique<SliceFixture>(c, cfg, rng));
+            poison_gradient(*f[0], static_cast<int>(at % 3), at, kind);
+            const std::vector<float> w0 = f[0]->weights, m0 = f[0]->momentum;
+            const auto [gpu, cpu] = run_step_both(f, cfg);
+            const std::string label = describe(c, cfg) + " bad kind " + std::to_string(kind) +
+                                      " at " + std::to_string(at);
+            EXPECT_TRUE(gpu.skipped) << label;
+            EXPECT_TRUE(cpu.skipped) << label;
+            EXPECT_FALSE(std::isfinite(gpu.grad_norm)) << label;
+            EXPECT_EQ(f[0]->weights, w0) << label << ": the CPU wrote weights";
+            // The device still holds w0/m0 (NaN poison included on a first step): compare bits.
+            f[0]->expect_device_matches_host(label);
+            if (!m0.empty()) {
+              EXPECT_EQ(std::memcmp(f[0]->momentum.data(), m0.data(), m0.size() * 4), 0) << label;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Finite gradients with the guard on, and clipping that does not trigger: bit-identical to the
+// CPU, with the same verdict.
+TEST(CudaFusedSgdGuard, UnclippedStepsAreBitIdenticalToTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(202);
+  for (const SgdConfig& base : configs()) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (std::size_t count : {std::size_t{7}, std::size_t{1001}, std::size_t{1000003}}) {
+        // Huge max_grad_norm: the pre-pass runs, the coef is far above 1.
+        const SgdConfig cfg = guarded(base, true, 1e30f);
+        const Case c{dtype, 4, count, false, count == 1001};
+        std::vector<std::unique_ptr<SliceFixture>> f;
+        f.push_back(std::make_unique<SliceFixture>(c, cfg, rng));
+        const auto [gpu, cpu] = run_step_both(f, cfg);
+        const std::string label = describe(c, cfg);
+        EXPECT_FALSE(gpu.skipped) << label;
+        EXPECT_FALSE(gpu.clipped) << label;
+        EXPECT_EQ(gpu.clip_coef, 1.f) << label;
+        EXPECT_NEAR(gpu.grad_norm, cpu.grad_norm, 1e-12 * cpu.grad_norm) << label;
+        f[0]->expect_device_matches_host(label);
+      }
+    }
+  }
+}
+
+// A clipped step over several slices of mixed dtypes and alignment: the norm is global and
+// agrees with the CPU's to fp64 summation order, the coef to an fp32 ulp, the weights to fp32
+// rounding.
+TEST(CudaFusedSgdGuard, ClippedMultiSliceStepMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(303);
+  for (const SgdConfig& base : configs()) {
+    const std::vector<Case> cases = {
+        {DType::kF32, 3, 1, false, false},    {DType::kBF16, 9, 1000003, false, false},
+        {DType::kF16, 1, 7, true, true},      {DType::kF32, 16, 0, false, false},
+        {DType::kF32, 2, 100003, true, true}, {DType::kF16, 12, 4099, false, false},
+    };
+    std::vector<std::unique_ptr<SliceFixture>> f;
+    for (const Case& c : cases)
+      f.push_back(std::make_unique<SliceFixture>(c, base, rng));
+    // The unclipped norm, from a guard-only step on copies: clip to a third of it.
+    std::vector<SliceUpdate> host;
+    std::vector<std::vector<float>> w_copy, m_copy;
+    for (auto& x : f) {
+      w_copy.push_back(x->weights);
+      m_copy.push_back(x->momentum);
+    }
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      if (cases[k].count == 0) continue;  // see expect_matches_cpu
+      host.push_back(testing::make_update(w_copy[k], m_copy[k], f[k]->grads,
+                                          1.f / static_cast<float>(cases[k].num_grads),
+                                          cases[k].first_step));
+    }
+    const double norm = fused_sgd_cpu_step(host, guarded(base, true, 0.f)).grad_norm;
+    const SgdConfig cfg = guarded(base, true, static_cast<float>(norm / 3));
+    const auto [gpu, cpu] = run_step_both(f, cfg);
+    ASSERT_TRUE(cpu.clipped);
+    EXPECT_TRUE(gpu.clipped);
+    EXPECT_FALSE(gpu.skipped);
+    EXPECT_NEAR(gpu.grad_norm, cpu.grad_norm, 1e-12 * cpu.grad_norm);
+    EXPECT_NEAR(gpu.clip_coef, cpu.clip_coef, 2e-7f * cpu.clip_coef);
+    EXPECT_EQ(gpu.clip_coef,
+              static_cast<float>(static_cast<double>(cfg.max_grad_norm) / (gpu.grad_norm + 1e-6)));
+    for (std::size_t k = 0; k < f.size(); ++k)
+      f[k]->expect_device_matches_host(
+          "slice " + std::to_string(k) + ": " + describe(cases[k], cfg), 1e-5);
+  }
+}
+
+// Same inputs, same bits: the norm does not depend on scheduling (two runs, on two streams).
+TEST(CudaFusedSgdGuard, NormAndClippedUpdateAreDeterministic) {
+  SKIP_WITHOUT_GPU();
+  const SgdConfig base{0.03f, 0.9f, 0.f, 5e-4f, false};
+  std::vector<float> first_weights;
+  double first_norm = 0;
+  for (int run = 0; run < 2; ++run) {
+    std::mt19937_64 rng(404);  // the same inputs both times
+    const Case c{DType::kBF16, 5, 3000017, false, false};
+    SliceFixture f(c, base, rng);
+    const SgdConfig cfg = guarded(base, false, 1.f);
+    cudaStream_t stream = nullptr;
+    if (run == 1) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    const SliceUpdate u = f.device_update();
+    const StepResult r = fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, stream);
+    if (stream != nullptr) check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+    ASSERT_TRUE(r.clipped);
+    std::vector<float> w(c.count);
+    f.d_weights.download(w.data());
+    if (run == 0) {
+      first_weights = w;
+      first_norm = r.grad_norm;
+    } else {
+      EXPECT_EQ(std::memcmp(&r.grad_norm, &first_norm, sizeof(double)), 0)
+          << r.grad_norm << " vs " << first_norm;
+      EXPECT_EQ(std::memcmp(w.data(), first_weights.data(), w.size() * 4), 0);
+    }
+  }
+}
+
+// A skipped first step leaves the momentum buffer as it was (the caller keeps first_step).
+TEST(CudaFusedSgdGuard, SkippedFirstStepLeavesMomentumUnwritten) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(505);
+  const SgdConfig cfg = guarded({0.03f, 0.9f, 0.5f, 0.f, false}, true, 0.f);
+  const Case c{DType::kF32, 2, 1001, true, false};
+  SliceFixture f(c, cfg, rng);
+  const std::vector<float> poison(c.count, -777.f);
+  f.d_momentum.upload(poison.data());
+  poison_gradient(f, 1, 500, 0);
+  const SliceUpdate u = f.device_update();
+  const StepResult r = fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+  EXPECT_TRUE(r.skipped);
+  std::vector<float> m(c.count);
+  f.d_momentum.download(m.data());
+  EXPECT_EQ(m, poison);
+}
+
 // Runs without a GPU: every check happens before the first CUDA call. The pointers are host
 // pointers that must never be touched.
 TEST(CudaFusedSgdValidation, RejectsUnusableSlicesBeforeAnyCudaCall) {
@@ -415,6 +639,36 @@ TEST(CudaFusedSgdValidation, BatchRejectsUnusableSlicesAndEmptyBatchesNeedNoGpu)
   EXPECT_TRUE(batch.empty());
   EXPECT_EQ(batch.device(), -1);
   EXPECT_NO_THROW(batch.launch(nullptr));
+  EXPECT_EQ(w[0], 1.f);
+}
+
+// Runs without a GPU: the config is checked before any CUDA call.
+TEST(CudaFusedSgdValidation, RejectsABadMaxGradNormBeforeAnyCudaCall) {
+  float w[4] = {1.f, 2.f, 3.f, 4.f};
+  const float g[4] = {};
+  const void* grads[] = {g};
+  const SliceUpdate u{w, nullptr, grads, 1, DType::kF32, 4, 1.f, false};
+  for (float bad :
+       {-1.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SgdConfig cfg;
+    cfg.max_grad_norm = bad;
+    try {
+      fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
+      ADD_FAILURE() << "max_grad_norm " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("max_grad_norm"), std::string::npos) << e.what();
+    }
+  }
+  SgdConfig clip;
+  clip.max_grad_norm = 1.f;
+  try {
+    const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&u, 1), clip);
+    ADD_FAILURE() << "a batch accepted max_grad_norm";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pre-pass"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(w[0], 1.f);
 }
 

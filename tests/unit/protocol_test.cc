@@ -336,8 +336,9 @@ TEST(ProtocolHeader, RejectsFixedSizeTypesOfAnotherSize) {
   expect_rejected(decode_header(control_header(MsgType::kAuth), 0),
                   "AUTH payload of 0 bytes, expected 32");
   expect_rejected(decode_header(control_header(MsgType::kWelcome), 64), "WELCOME payload of 64");
-  expect_rejected(decode_header(control_header(MsgType::kSetOptimizer), 19),
-                  "SET_OPTIMIZER payload of 19 bytes, expected 20");
+  // 20 bytes: the record of a build without the guard/clipping fields.
+  expect_rejected(decode_header(control_header(MsgType::kSetOptimizer), 20),
+                  "SET_OPTIMIZER payload of 20 bytes, expected 24");
   expect_rejected(decode_header(control_header(MsgType::kLocateReply, 2), 47),
                   "LOCATE_REPLY payload of 47 bytes, expected 48");
   expect_rejected(decode_header(control_header(MsgType::kMembership, 3), 11),
@@ -497,9 +498,18 @@ Status optimizer_status(const kernels::SgdConfig& c) {
   return decode_optimizer(encode_optimizer(c), out);
 }
 
+kernels::SgdConfig guarded(kernels::SgdConfig c, float max_grad_norm, bool skip_nonfinite) {
+  c.max_grad_norm = max_grad_norm;
+  c.skip_nonfinite = skip_nonfinite;
+  return c;
+}
+
 TEST(ProtocolOptimizer, RoundTrip) {
-  for (const auto& in : {sgd(0.1f, 0.9f, 0.5f, 1e-4f, false), sgd(0.01f, 0.9f, 0.f, 0.f, true),
-                         sgd(0.f, 0.f, 1.f, 0.f, false)}) {
+  for (const auto& in :
+       {sgd(0.1f, 0.9f, 0.5f, 1e-4f, false), sgd(0.01f, 0.9f, 0.f, 0.f, true),
+        sgd(0.f, 0.f, 1.f, 0.f, false), guarded(sgd(0.1f, 0.9f, 0.f, 0.f, true), 1.5f, true),
+        guarded(sgd(0.1f, 0.f, 0.f, 0.f, false), 0.f, true),
+        guarded(sgd(0.1f, 0.f, 0.f, 0.f, false), 1e-3f, false)}) {
     auto bytes = encode_optimizer(in);
     ASSERT_EQ(bytes.size(), kOptimizerRecordBytes);
     kernels::SgdConfig out;
@@ -509,6 +519,26 @@ TEST(ProtocolOptimizer, RoundTrip) {
     EXPECT_EQ(out.dampening, in.dampening);
     EXPECT_EQ(out.weight_decay, in.weight_decay);
     EXPECT_EQ(out.nesterov, in.nesterov);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(out.max_grad_norm),
+              std::bit_cast<std::uint32_t>(in.max_grad_norm));
+    EXPECT_EQ(out.skip_nonfinite, in.skip_nonfinite);
+  }
+}
+
+// The flags word and the new field, byte for byte: bit 0 Nesterov, bit 1 skip_nonfinite,
+// max_grad_norm at offset 20.
+TEST(ProtocolOptimizer, LayoutOfFlagsAndMaxGradNorm) {
+  const auto bytes = encode_optimizer(guarded(sgd(0.1f, 0.9f, 0.f, 0.f, true), 2.f, true));
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[16]), 3u);
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[20]), std::bit_cast<std::uint32_t>(2.f));
+}
+
+TEST(ProtocolOptimizer, RejectsANegativeOrNonFiniteMaxGradNorm) {
+  for (float bad : {-1.f, -1e-30f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    Status s = optimizer_status(guarded(sgd(0.1f, 0.f, 0.f, 0.f, false), bad, false));
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("max_grad_norm="), std::string::npos) << s.message();
   }
 }
 
@@ -535,14 +565,20 @@ TEST(ProtocolOptimizer, RejectsNesterovWithoutMomentumOrWithDampening) {
   EXPECT_EQ(optimizer_status(sgd(0.1f, 0.9f, 0.1f, 0.f, true)).code(), ErrorCode::kInvalidArgument);
 }
 
-TEST(ProtocolOptimizer, RejectsBadNesterovFlagsAndSizes) {
+TEST(ProtocolOptimizer, RejectsUnknownFlagBitsAndSizes) {
   auto bytes = encode_optimizer(sgd(0.1f, 0.9f, 0.f, 0.f, false));
-  wire::store<std::uint32_t>(&bytes[16], 2);
   kernels::SgdConfig out;
   out.lr = 123.f;
-  EXPECT_EQ(decode_optimizer(bytes, out).code(), ErrorCode::kInvalidArgument);
+  for (std::uint32_t flags : {4u, 7u, 0x80000000u}) {
+    wire::store<std::uint32_t>(&bytes[16], flags);
+    Status s = decode_optimizer(bytes, out);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << flags;
+    EXPECT_NE(s.message().find("unknown bits"), std::string::npos) << s.message();
+  }
   bytes.pop_back();
-  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 19 bytes");
+  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 23 bytes");
+  bytes.resize(20);
+  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 20 bytes");
   EXPECT_EQ(out.lr, 123.f) << "a rejected record leaves the output untouched";
 }
 

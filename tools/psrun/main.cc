@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -31,6 +32,8 @@ struct Args {
   int staleness = 0;
   float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false;
+  float max_grad_norm = 0.f;
+  bool skip_nonfinite = false;
   std::string aggregate = "mean";
   std::size_t partition_bytes = std::size_t{4} << 20;
   std::string checkpoint_dir;
@@ -89,6 +92,8 @@ int run(const Args& a) {
       {"PSRT_DAMPENING", fmt::format("{}", a.dampening)},
       {"PSRT_WEIGHT_DECAY", fmt::format("{}", a.weight_decay)},
       {"PSRT_NESTEROV", a.nesterov ? "1" : "0"},
+      {"PSRT_MAX_GRAD_NORM", fmt::format("{}", a.max_grad_norm)},
+      {"PSRT_SKIP_NONFINITE", a.skip_nonfinite ? "1" : "0"},
       {"PSRT_AGGREGATE", a.aggregate},
       {"PSRT_PARTITION_BYTES", std::to_string(a.partition_bytes)},
       {"PSRT_CHECKPOINT_DIR", a.checkpoint_dir},
@@ -168,6 +173,15 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (needs --momentum > 0)");
+  app.add_option("--max-grad-norm", a.max_grad_norm,
+                 "clip each server update's mean gradient to this L2 norm, torch's "
+                 "clip_grad_norm_ per slice (<= --partition-bytes), not over the whole model; "
+                 "0 = off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--skip-nonfinite", a.skip_nonfinite,
+               "skip a server update whose gradient holds a NaN or Inf (weights and momentum "
+               "unchanged, a warning names key, slice and round)");
   app.add_option("--aggregate", a.aggregate, "mean | sum of a round's gradients")
       ->check(CLI::IsMember({"mean", "sum"}))
       ->capture_default_str();
@@ -228,6 +242,10 @@ int main(int argc, char** argv) {
   }
   if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
     std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";
+    return 2;
+  }
+  if (!std::isfinite(a.max_grad_norm)) {  // NonNegativeNumber lets "inf" and "nan" through
+    std::cerr << "psrun: --max-grad-norm must be a finite number >= 0 (0 = no clipping)\n";
     return 2;
   }
   if (a.checkpoint_every > 0 && a.checkpoint_dir.empty()) {
