@@ -151,6 +151,26 @@ TEST_P(GpuJob, CudaServerResumesFromItsCheckpoint) {
   fs::remove_all(dir);
 }
 
+TEST_P(GpuJob, CudaServerSkipsANonFiniteRoundExactly) {
+  REQUIRE_GPU();
+  // ps_worker guard checks every value; the CUDA server must give exactly what the CPU one does.
+  auto r = psrun("--transport " + GetParam() +
+                     " -n 2 --lr 1 --momentum 0.5 --dampening 0.5 --skip-nonfinite "
+                     "--partition-bytes 4096 --server-device cuda",
+                 PS_WORKER_PATH " guard");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS guard"), 2) << r.out;
+  EXPECT_EQ(r.count("update skipped, weights and momentum unchanged"), 1) << r.out;
+}
+
+TEST_P(GpuJob, CudaServerClipsExactly) {
+  REQUIRE_GPU();
+  auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1 --max-grad-norm 1 --server-device cuda",
+                 PS_WORKER_PATH " clip");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS clip"), 2) << r.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, GpuJob,
                          ::testing::ValuesIn(psrt::transport::available_backends()),
                          [](const auto& info) { return info.param; });
