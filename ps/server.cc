@@ -482,15 +482,9 @@ void Server::run_update(Update& u) {
       }
       std::vector<const void*> grads;
       for (const auto& g : u.grads) grads.push_back(g.data.get());
-      kernels::SliceUpdate k;
-      k.weights = s.weights.data();
-      k.momentum = s.momentum.empty() ? nullptr : s.momentum.data();
-      k.grads = grads.data();
-      k.num_grads = static_cast<int>(grads.size());
-      k.dtype = to_dtype(u.grads.front().dtype);
-      k.count = s.count;
-      k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
-      k.first_step = first_step;
+      const kernels::SliceUpdate k = slice_update(
+          s, u, grads, s.weights.data(), s.momentum.empty() ? nullptr : s.momentum.data(),
+          first_step);
       result = kernels::apply_update(k, cfg, MemoryType::kHost);
       // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
       // the next applied round is torch's first step again (buffer := gradient).
@@ -538,6 +532,21 @@ void Server::run_update(Update& u) {
     g.ack_peer->send(ack);
   }
   after_change(s);
+}
+
+kernels::SliceUpdate Server::slice_update(const Slice& s, const Update& u,
+                                          const std::vector<const void*>& grads, float* weights,
+                                          float* momentum, bool first_step) const {
+  kernels::SliceUpdate k;
+  k.weights = weights;
+  k.momentum = momentum;
+  k.grads = grads.data();
+  k.num_grads = static_cast<int>(grads.size());
+  k.dtype = to_dtype(u.grads.front().dtype);
+  k.count = s.count;
+  k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
+  k.first_step = first_step;
+  return k;
 }
 
 void Server::trace(const Update& u, std::uint64_t version, const kernels::StepResult* step) {

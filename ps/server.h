@@ -143,6 +143,10 @@ class Server final : public Handler {
   void send_pull_replies(Slice& s, std::vector<PullWaiter> ready);
   void submit(Update u);
   void run_update(Update& u);
+  // The kernels' view of an update of `s` with these buffers (host or device).
+  kernels::SliceUpdate slice_update(const Slice& s, const Update& u,
+                                    const std::vector<const void*>& grads, float* weights,
+                                    float* momentum, bool first_step) const;
   // The cuda server's parts (ps/server_device.cc).
   struct Gpu;
   void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);

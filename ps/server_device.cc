@@ -77,15 +77,9 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
     if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);
     grads.push_back(g.remote ? g.remote : g.dev.data());
   }
-  kernels::SliceUpdate k;
-  k.weights = static_cast<float*>(s.d_weights.data());
-  k.momentum = s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr;
-  k.grads = grads.data();
-  k.num_grads = static_cast<int>(grads.size());
-  k.dtype = to_dtype(u.grads.front().dtype);
-  k.count = s.count;
-  k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
-  k.first_step = first_step;
+  const kernels::SliceUpdate k = slice_update(
+      s, u, grads, static_cast<float*>(s.d_weights.data()),
+      s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
   const kernels::StepResult result =
       kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
   // A skipped first step wrote nothing: the buffer stays "not yet initialised" (see run_update).
