@@ -1,5 +1,8 @@
 // pstrain as users run it: real psrun jobs on 127.0.0.1 with the synthetic data set, checked
 // through the metrics files (per-step loss and weights digest), checkpoints and summary lines.
+// GpuTrainJob.* (ctest label gpu) train on CUDA; they run only where pstrain is built against a
+// CUDA LibTorch and a GPU is visible, and skip saying why elsewhere (Debian's libtorch-dev is
+// CPU-only).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "pstrain/checkpoint.h"
+#include "pstrain/device.h"
 
 namespace {
 
@@ -65,6 +69,15 @@ json summary_of(const Run& r) {
   return {};
 }
 
+// Why pstrain cannot train on CUDA here; empty when it can.
+std::string no_cuda_reason() {
+  if (!psrt::pstrain::libtorch_has_cuda())
+    return "pstrain's LibTorch has no CUDA (Debian's libtorch-dev is CPU-only): configure with "
+           "a CUDA LibTorch (-DTorch_DIR=...) to run the GPU training tests";
+  if (!::torch::cuda::is_available()) return "LibTorch sees no CUDA device";
+  return "";
+}
+
 // Small and fast: LeNet on the synthetic set, one intra-op thread (deterministic).
 const std::string kTrain =
     " " PSTRAIN_PATH " --model lenet --dataset synthetic --threads 1 --batch-size 32 ";
@@ -72,7 +85,8 @@ const std::string kTrain =
 TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) {
   auto dir = scratch("sync2");
   auto r = sh(PSRUN_PATH " --transport tcp -n 2 --" + kTrain +
-              "--lr 0.05 --lr-schedule none --max-steps 60 --digest --metrics " + (dir / "m{rank}.jsonl").string());
+              "--lr 0.05 --lr-schedule none --max-steps 60 --digest --metrics " +
+              (dir / "m{rank}.jsonl").string());
   ASSERT_EQ(r.rc, 0) << r.out;
   auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
   ASSERT_EQ(w0.size(), 60u);
@@ -93,6 +107,7 @@ TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) 
   ASSERT_FALSE(s.is_null()) << r.out;
   EXPECT_EQ(s["workers"], 2);
   EXPECT_EQ(s["steps"], 60);
+  EXPECT_EQ(s["device"], "cpu");
   EXPECT_GT(s["test_accuracy"].get<double>(), 0.5);  // 10 classes: chance is 0.1
 }
 
@@ -117,8 +132,9 @@ TEST(TrainJob, OneGradientInFlightAtATimeNeitherDeadlocksNorChangesTheResult) {
 
 TEST(TrainJob, OnePsWorkerMatchesTorchSgdStepForStep) {
   // Momentum, Nesterov, weight decay and a cosine schedule (set per push on the servers).
-  const std::string flags = "--lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.001 "
-                            "--lr-schedule cosine --max-steps 40 --checkpoint-every 40 ";
+  const std::string flags =
+      "--lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.001 "
+      "--lr-schedule cosine --max-steps 40 --checkpoint-every 40 ";
   auto a = scratch("equiv_ps"), b = scratch("equiv_local");
   auto ps = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
                (a / "m.jsonl").string() + " --train-dir " + a.string());
@@ -171,8 +187,9 @@ pid_t find_pstrain(const std::string& marker) {
 TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
   // Momentum 0: the servers hold no optimizer state, so the resumed run must retrace the
   // uninterrupted one bit for bit.
-  const std::string flags = "--lr 0.05 --momentum 0 --epochs 3 --max-steps 300 --checkpoint-every 50 "
-                            "--digest ";
+  const std::string flags =
+      "--lr 0.05 --momentum 0 --epochs 3 --max-steps 300 --checkpoint-every 50 "
+      "--digest ";
   auto ref = scratch("ref"), killed = scratch("killed");
   auto full = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
                  (ref / "m.jsonl").string() + " --train-dir " + ref.string());
@@ -180,9 +197,9 @@ TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
 
   // The same job, SIGKILLed once it is past step 120.
   const std::string log = (killed / "first.txt").string();
-  const std::string cmd = PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags +
-                          "--metrics " + (killed / "m1.jsonl").string() + " --train-dir " +
-                          killed.string() + " > " + log + " 2>&1";
+  const std::string cmd = PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
+                          (killed / "m1.jsonl").string() + " --train-dir " + killed.string() +
+                          " > " + log + " 2>&1";
   pid_t job = ::fork();
   ASSERT_GE(job, 0);
   if (job == 0) {
@@ -209,9 +226,9 @@ TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
   ASSERT_EQ(ck->step % 50, 0);
   EXPECT_EQ(ck->digest, first[ck->step - 1]["weights_digest"]);
 
-  auto resumed = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--resume " +
-                    "--metrics " + (killed / "m2.jsonl").string() + " --train-dir " +
-                    killed.string());
+  auto resumed =
+      sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--resume " + "--metrics " +
+         (killed / "m2.jsonl").string() + " --train-dir " + killed.string());
   ASSERT_EQ(resumed.rc, 0) << resumed.out;
   EXPECT_TRUE(resumed.has("at step " + std::to_string(ck->step) + " (epoch")) << resumed.out;
   EXPECT_TRUE(resumed.has("weights " + ck->digest)) << resumed.out;
@@ -272,14 +289,23 @@ TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
   EXPECT_EQ(resume.rc, 2) << resume.out;
   EXPECT_TRUE(resume.has("--resume needs --train-dir")) << resume.out;
 
+  // Worded as psrun words --server-device's error.
+  for (const char* device : {"gpu", "cuda:x", "cuda:-1"}) {
+    auto bad = sh(PSTRAIN_PATH " --no-ps --dataset synthetic --device " + std::string(device));
+    EXPECT_EQ(bad.rc, 2) << bad.out;
+    EXPECT_TRUE(bad.has(std::string("--device: unknown device '") + device +
+                        "': use cpu, cuda (device 0) or cuda:N"))
+        << bad.out;
+  }
+
   auto dtype = sh(PSTRAIN_PATH " --dataset synthetic --grad-dtype fp8");
   EXPECT_EQ(dtype.rc, 2) << dtype.out;
   EXPECT_TRUE(dtype.has("--grad-dtype 'fp8'")) << dtype.out;
 
   auto outside = sh(PSTRAIN_PATH " --dataset synthetic --max-steps 1");
   EXPECT_NE(outside.rc, 0) << outside.out;
-  EXPECT_TRUE(outside.has("PSRT_")) << "run outside psrun must name the missing variable: "
-                                     << outside.out;
+  EXPECT_TRUE(outside.has("PSRT_"))
+      << "run outside psrun must name the missing variable: " << outside.out;
 
   auto eval = sh(PSEVAL_PATH " --train-dir /nonexistent/run");
   EXPECT_EQ(eval.rc, 2) << eval.out;
@@ -287,8 +313,10 @@ TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
 
   // A train dir with checkpoints: not overwritten without --resume; resumed only as written.
   auto dir = scratch("reuse");
-  const std::string base = PSTRAIN_PATH " --no-ps --dataset synthetic --threads 1 --max-steps 2 "
-                                        "--train-dir " + dir.string();
+  const std::string base = PSTRAIN_PATH
+                           " --no-ps --dataset synthetic --threads 1 --max-steps 2 "
+                           "--train-dir " +
+                           dir.string();
   const std::string run = base + " --batch-size 32";
   ASSERT_EQ(sh(run).rc, 0);
   auto again = sh(run);
@@ -303,6 +331,169 @@ TEST(TrainJob, BadCommandLinesAndMissingDataAreRefusedWithTheCause) {
   auto corrupt = sh(PSEVAL_PATH " --train-dir " + dir.string());
   EXPECT_EQ(corrupt.rc, 2) << corrupt.out;
   EXPECT_TRUE(corrupt.has("ckpt-00000009.json is not one pstrain wrote")) << corrupt.out;
+}
+
+TEST(TrainJob, CudaDeviceWithoutUsableCudaIsRefusedNamingTheCauseBeforeJoining) {
+  const std::string why = no_cuda_reason();
+  if (why.empty()) GTEST_SKIP() << "CUDA is usable here (GpuTrainJob.* train on it)";
+  const std::string cause = psrt::pstrain::libtorch_has_cuda()
+                                ? "LibTorch sees no CUDA device"
+                                : "this LibTorch has no CUDA (Debian's libtorch-dev is CPU-only";
+  // `timeout` bounds every run: a worker stuck joining would show as 124.
+  auto alone = sh("timeout 60 " PSTRAIN_PATH " --no-ps --dataset synthetic --device cuda");
+  EXPECT_EQ(alone.rc, 1) << alone.out;
+  EXPECT_TRUE(alone.has("pstrain: error: --device cuda: " + cause)) << alone.out;
+
+  // Under psrun every worker fails before joining the job; the job ends at once, non-zero.
+  const auto start = std::chrono::steady_clock::now();
+  auto job = sh("timeout 120 " PSRUN_PATH " --transport tcp -n 2 --" + kTrain +
+                "--device cuda:1 --max-steps 5");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(job.rc, 0) << job.out;
+  EXPECT_NE(job.rc, 124) << "the job hung: " << job.out;
+  EXPECT_LT(seconds, 60) << job.out;
+  EXPECT_TRUE(job.has("--device cuda:1: " + cause)) << job.out;
+  EXPECT_FALSE(job.has("training lenet")) << "a worker trained: " << job.out;
+}
+
+// ---- GPU: these run only with a CUDA LibTorch and a visible GPU (ctest -L gpu) ----
+
+TEST(GpuTrainJob, TwoSyncCudaWorkersWithACudaServerHoldBitIdenticalWeightsAndLossFalls) {
+  if (auto why = no_cuda_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto dir = scratch("gpu_sync2");
+  // tcp carries no CUDA memory: each worker takes path b (CUDA IPC) to the CUDA server.
+  auto r = sh("timeout 280 " PSRUN_PATH " --transport tcp -n 2 --server-device cuda --" + kTrain +
+              "--device cuda --lr 0.05 --lr-schedule none --max-steps 60 --digest --metrics " +
+              (dir / "m{rank}.jsonl").string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(r.has("CUDA memory takes path b")) << r.out;
+  auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
+  ASSERT_EQ(w0.size(), 60u);
+  ASSERT_EQ(w1.size(), 60u);
+  for (std::size_t i = 0; i < w0.size(); ++i)
+    EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << "step " << i + 1;
+  EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += w0[i]["loss"].get<double>() + w1[i]["loss"].get<double>();
+    last += w0[50 + i]["loss"].get<double>() + w1[50 + i]["loss"].get<double>();
+  }
+  EXPECT_LT(last, 0.7 * first) << "mean loss of the first 10 steps " << first / 20
+                               << ", of the last 10 " << last / 20;
+  auto s = summary_of(r);
+  ASSERT_FALSE(s.is_null()) << r.out;
+  EXPECT_EQ(s["device"], "cuda:0");
+  EXPECT_EQ(s["steps"], 60);
+  EXPECT_GT(s["test_accuracy"].get<double>(), 0.5);
+}
+
+TEST(GpuTrainJob, CheckpointsMoveBetweenCudaAndCpuRunsWithTheirWeights) {
+  if (auto why = no_cuda_reason(); !why.empty()) GTEST_SKIP() << why;
+  // Momentum 0 and a constant rate: nothing but the weights carries over. CUDA convolutions are
+  // not bit-identical to the CPU's, so the runs are compared through their checkpoints.
+  auto dir = scratch("gpu_ckpt");
+  const std::string flags =
+      "--lr 0.05 --momentum 0 --lr-schedule none --checkpoint-every 20 "
+      "--digest --train-dir " +
+      dir.string() + " ";
+  auto job = [&](const std::string& device, int steps, const std::string& metrics) {
+    const std::string server = device == "cpu" ? "" : "--server-device cuda ";
+    return sh("timeout 280 " PSRUN_PATH " --transport tcp -n 1 " + server + "--" + kTrain + flags +
+              "--device " + device + " --max-steps " + std::to_string(steps) + " --metrics " +
+              (dir / metrics).string() + (steps > 20 ? " --resume" : ""));
+  };
+  auto on_cuda = job("cuda", 20, "m1.jsonl");
+  ASSERT_EQ(on_cuda.rc, 0) << on_cuda.out;
+  auto m1 = steps_of(dir / "m1.jsonl");
+  ASSERT_EQ(m1.size(), 20u);
+  auto ck = psrt::pstrain::latest_checkpoint(dir.string());
+  ASSERT_TRUE(ck);
+  ASSERT_EQ(ck->step, 20);
+  EXPECT_EQ(ck->digest, m1.back()["weights_digest"]);
+
+  // cuda -> cpu, then cpu -> cuda: each resumes at the checkpoint's step with its weights.
+  auto on_cpu = job("cpu", 40, "m2.jsonl");
+  ASSERT_EQ(on_cpu.rc, 0) << on_cpu.out;
+  EXPECT_TRUE(on_cpu.has("at step 20 (epoch")) << on_cpu.out;
+  EXPECT_TRUE(on_cpu.has("weights " + ck->digest)) << on_cpu.out;
+  auto m2 = steps_of(dir / "m2.jsonl");
+  ASSERT_EQ(m2.size(), 20u);
+  EXPECT_EQ(m2.front()["step"], 21);
+  auto ck2 = psrt::pstrain::latest_checkpoint(dir.string());
+  ASSERT_TRUE(ck2);
+  ASSERT_EQ(ck2->step, 40);
+  EXPECT_EQ(ck2->digest, m2.back()["weights_digest"]);
+
+  auto back = job("cuda", 60, "m3.jsonl");
+  ASSERT_EQ(back.rc, 0) << back.out;
+  EXPECT_TRUE(back.has("at step 40 (epoch")) << back.out;
+  EXPECT_TRUE(back.has("weights " + ck2->digest)) << back.out;
+  auto m3 = steps_of(dir / "m3.jsonl");
+  ASSERT_EQ(m3.size(), 20u);
+  EXPECT_LT(m3.back()["loss"].get<double>() + m3[18]["loss"].get<double>(),
+            0.7 * (m1[0]["loss"].get<double>() + m1[1]["loss"].get<double>()));
+
+  // pseval evaluates the checkpoints of both devices on the CPU.
+  auto ev = sh("timeout 120 " PSEVAL_PATH " --train-dir " + dir.string());
+  ASSERT_EQ(ev.rc, 0) << ev.out;
+  std::vector<json> lines;
+  std::istringstream in(ev.out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 3u) << ev.out;
+  EXPECT_EQ(lines[0]["digest"], ck->digest);
+  EXPECT_EQ(lines[1]["digest"], ck2->digest);
+  EXPECT_EQ(lines[2]["step"], 60);
+  // The same weights evaluated on the GPU (pstrain) and on the CPU (pseval): a sample or two
+  // may flip where the logits nearly tie.
+  auto s = summary_of(back);
+  ASSERT_FALSE(s.is_null()) << back.out;
+  EXPECT_NEAR(lines[2]["test_accuracy"].get<double>(), s["test_accuracy"].get<double>(), 0.01);
+  EXPECT_GT(lines[2]["test_accuracy"].get<double>(), 0.5);
+}
+
+TEST(GpuTrainJob, NoPsTrainsWithTorchSgdOnTheGpuAndResumesOnTheCpu) {
+  if (auto why = no_cuda_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string flags = "--no-ps --lr 0.05 --momentum 0.9 --lr-schedule none --max-steps 60 ";
+  auto cpu_dir = scratch("gpu_nops_cpu"), dir = scratch("gpu_nops");
+  auto cpu = sh("timeout 280" + kTrain + flags + "--device cpu --metrics " +
+                (cpu_dir / "m.jsonl").string());
+  ASSERT_EQ(cpu.rc, 0) << cpu.out;
+  auto gpu = sh("timeout 280" + kTrain + flags + "--device cuda --digest --checkpoint-every 30 " +
+                "--metrics " + (dir / "m.jsonl").string() + " --train-dir " + dir.string());
+  ASSERT_EQ(gpu.rc, 0) << gpu.out;
+  auto sc = steps_of(cpu_dir / "m.jsonl"), sg = steps_of(dir / "m.jsonl");
+  ASSERT_EQ(sc.size(), 60u);
+  ASSERT_EQ(sg.size(), 60u);
+  // Step 1: the same initial weights (initialised on the CPU) and the same batch; only the
+  // arithmetic differs (TF32 convolutions by default on Ampere and later).
+  EXPECT_NEAR(sg[0]["loss"].get<double>(), sc[0]["loss"].get<double>(),
+              1e-2 * sc[0]["loss"].get<double>());
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += sg[i]["loss"].get<double>();
+    last += sg[50 + i]["loss"].get<double>();
+  }
+  EXPECT_LT(last, 0.7 * first);
+  auto s = summary_of(gpu);
+  ASSERT_FALSE(s.is_null()) << gpu.out;
+  EXPECT_EQ(s["device"], "cuda:0");
+  EXPECT_EQ(s["ps"], false);
+  EXPECT_GT(s["test_accuracy"].get<double>(), 0.5);
+
+  // The momentum buffers were saved from the GPU: the CPU run loads them with the weights.
+  auto ck = psrt::pstrain::latest_checkpoint(dir.string());
+  ASSERT_TRUE(ck);
+  ASSERT_EQ(ck->step, 60);
+  auto resumed = sh("timeout 280" + kTrain + "--no-ps --lr 0.05 --momentum 0.9 --lr-schedule " +
+                    "none --max-steps 70 --device cpu --resume --train-dir " + dir.string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  EXPECT_TRUE(resumed.has("weights " + ck->digest)) << resumed.out;
+  auto rs = summary_of(resumed);
+  ASSERT_FALSE(rs.is_null()) << resumed.out;
+  EXPECT_EQ(rs["steps"], 70);
+  EXPECT_GT(rs["test_accuracy"].get<double>(), 0.5);
 }
 
 }  // namespace

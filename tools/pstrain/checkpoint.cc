@@ -15,7 +15,9 @@ namespace psrt::pstrain {
 namespace fs = std::filesystem;
 namespace {
 
-std::string stem_of(std::int64_t step) { return fmt::format("ckpt-{:08d}", step); }
+std::string stem_of(std::int64_t step) {
+  return fmt::format("ckpt-{:08d}", step);
+}
 
 void write_atomically(const fs::path& path, const std::function<void(const std::string&)>& write) {
   const fs::path tmp = path.string() + ".tmp";
@@ -25,8 +27,26 @@ void write_atomically(const fs::path& path, const std::function<void(const std::
   } catch (const std::exception& e) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
-    throw Error(ErrorCode::kSystem, fmt::format("cannot write checkpoint {}: {}", path.string(),
-                                                e.what()));
+    throw Error(ErrorCode::kSystem,
+                fmt::format("cannot write checkpoint {}: {}", path.string(), e.what()));
+  }
+}
+
+// Module::save with CPU copies of every parameter and buffer: the file reads the same whichever
+// device trained the model, and loads on a machine without that device (pseval, --device cpu).
+// Same keys and nesting as Module::save, so Module::load reads it.
+void save_on_cpu(const ::torch::nn::Module& module, ::torch::serialize::OutputArchive& archive) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    const auto& t = p.value();
+    archive.write(p.key(), t.detach().to(::torch::kCPU).requires_grad_(t.requires_grad()));
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    archive.write(b.key(), b.value().detach().to(::torch::kCPU), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    ::torch::serialize::OutputArchive nested(archive.compilation_unit());
+    save_on_cpu(*child.value(), nested);
+    archive.write(child.key(), nested);
   }
 }
 
@@ -35,7 +55,7 @@ void write_atomically(const fs::path& path, const std::function<void(const std::
 std::string weights_digest(const ::torch::nn::Module& model) {
   std::uint64_t h = kFnv1aOffset;
   for (const auto& p : model.parameters()) {
-    auto t = p.detach().contiguous();
+    auto t = p.detach().to(::torch::kCPU).contiguous();  // no copy for a CPU tensor
     h = fnv1a(t.data_ptr(), static_cast<std::size_t>(t.numel()) * t.element_size(), h);
   }
   return fmt::format("{:016x}", h);
@@ -51,7 +71,7 @@ void save_checkpoint(const std::string& dir, ::torch::nn::Module& model,
   const fs::path base = fs::path(dir) / stem_of(info.step);
   write_atomically(base.string() + ".pt", [&](const std::string& tmp) {
     ::torch::serialize::OutputArchive archive;
-    model.save(archive);
+    save_on_cpu(model, archive);
     archive.save_to(tmp);
   });
   if (local)
@@ -60,16 +80,17 @@ void save_checkpoint(const std::string& dir, ::torch::nn::Module& model,
       local->save(archive);
       archive.save_to(tmp);
     });
-  nlohmann::json j{{"step", info.step},
-                   {"epoch", info.epoch},
-                   {"model", info.model},
-                   {"dataset", info.dataset},
-                   {"data_dir", info.data_dir},
-                   {"spec", {info.spec.channels, info.spec.height, info.spec.width, info.spec.classes}},
-                   {"workers", info.workers},
-                   {"seed", info.seed},
-                   {"batch_size", info.batch_size},
-                   {"digest", weights_digest(model)}};
+  nlohmann::json j{
+      {"step", info.step},
+      {"epoch", info.epoch},
+      {"model", info.model},
+      {"dataset", info.dataset},
+      {"data_dir", info.data_dir},
+      {"spec", {info.spec.channels, info.spec.height, info.spec.width, info.spec.classes}},
+      {"workers", info.workers},
+      {"seed", info.seed},
+      {"batch_size", info.batch_size},
+      {"digest", weights_digest(model)}};
   write_atomically(base.string() + ".json", [&](const std::string& tmp) {
     std::ofstream out(tmp);
     out << j.dump() << "\n";
@@ -124,16 +145,17 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
 }
 
 void load_checkpoint(const CheckpointInfo& info, ::torch::nn::Module& model,
-                     ::torch::optim::Optimizer* local) {
+                     ::torch::optim::Optimizer* local, ::torch::Device device) {
   try {
+    // Loaded straight onto `device`: Module::load would move a parameter whose device differs
+    // from the file's to the file's device.
     ::torch::serialize::InputArchive archive;
-    archive.load_from(info.weights);
+    archive.load_from(info.weights, device);
     model.load(archive);
-    const std::string opt_path =
-        info.weights.substr(0, info.weights.size() - 3) + ".opt.pt";
+    const std::string opt_path = info.weights.substr(0, info.weights.size() - 3) + ".opt.pt";
     if (local && fs::exists(opt_path)) {
       ::torch::serialize::InputArchive opt_archive;
-      opt_archive.load_from(opt_path);
+      opt_archive.load_from(opt_path, device);
       local->load(opt_archive);
     }
   } catch (const c10::Error& e) {

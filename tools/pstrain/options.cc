@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "device/cuda_device.h"
 #include "psrt/error.h"
 
 namespace psrt::pstrain {
@@ -48,6 +49,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--no-ps", o.no_ps,
                "train in this process with torch::optim::SGD (the single-machine baseline)");
+  app.add_option("--device", o.device,
+                 "where the model trains and evaluates: cpu, cuda (= cuda:0) or cuda:N (needs a "
+                 "CUDA LibTorch)")
+      ->capture_default_str();
   app.add_option("--metrics", o.metrics,
                  "write per-step metrics as JSON lines to FILE (rank 0; '{rank}' in FILE makes "
                  "every worker write its own)");
@@ -86,6 +91,11 @@ void validate(const TrainOptions& o) {
   if (o.grad_dtype != "fp32" && o.grad_dtype != "fp16" && o.grad_dtype != "bf16")
     bad(fmt::format("--grad-dtype '{}': use fp32, fp16 or bf16", o.grad_dtype));
   if (o.no_ps && o.grad_dtype != "fp32") bad("--grad-dtype applies to PS training, not --no-ps");
+  try {
+    device::parse_device(o.device);
+  } catch (const Error& e) {
+    bad(fmt::format("--device: {}", e.what()));  // as psrun words --server-device's error
+  }
   if (o.synthetic_size < 1) bad("--synthetic-size must be at least 1");
   if (o.push_credit < 0) bad(fmt::format("--push-credit {}: must be >= 0", o.push_credit));
 }

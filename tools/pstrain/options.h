@@ -1,7 +1,6 @@
 // pstrain's command line: what to train, on what, for how long, and where results go.
 #pragma once
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 
@@ -10,29 +9,30 @@ namespace psrt::pstrain {
 struct TrainOptions {
   std::string model = "lenet";
   std::string dataset = "fashion-mnist";
-  std::string data_dir;           // empty = the data set's default location
+  std::string data_dir;  // empty = the data set's default location
   std::int64_t epochs = 1;
-  std::int64_t max_steps = 0;     // 0 = epochs decide
+  std::int64_t max_steps = 0;  // 0 = epochs decide
   // Defaults: LeNet on Fashion-MNIST, >= 0.89 test accuracy in 5 epochs with 4 workers.
-  std::int64_t batch_size = 16;   // per worker
+  std::int64_t batch_size = 16;  // per worker
   float lr = 0.04f;
   float momentum = 0.9f;
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
   std::string lr_schedule = "cosine";  // none | step | cosine
-  std::int64_t eval_every = 0;       // steps; 0 = at the end of every epoch
-  std::string train_dir;             // checkpoints; empty = none
-  std::int64_t checkpoint_every = 0; // steps; 0 = at the end of every epoch
+  std::int64_t eval_every = 0;         // steps; 0 = at the end of every epoch
+  std::string train_dir;               // checkpoints; empty = none
+  std::int64_t checkpoint_every = 0;   // steps; 0 = at the end of every epoch
   bool resume = false;
-  int threads = 0;                   // 0 = cores / (workers + servers), --no-ps: cores
+  int threads = 0;  // 0 = cores / (workers + servers), --no-ps: cores
   std::uint64_t seed = 1;
   bool no_ps = false;
-  std::string metrics;               // JSON lines; "{rank}" in the path is replaced
-  std::string grad_dtype = "fp32";   // fp32 | fp16 | bf16
+  std::string device = "cpu";       // cpu | cuda | cuda:N: model, batches and evaluation
+  std::string metrics;              // JSON lines; "{rank}" in the path is replaced
+  std::string grad_dtype = "fp32";  // fp32 | fp16 | bf16
   std::int64_t push_credit = std::int64_t{4} << 20;  // unsent gradient bytes before queueing
-  bool digest = false;               // weights digest in every metrics line
-  std::int64_t log_every = 50;       // steps between log lines when not on a terminal
+  bool digest = false;                               // weights digest in every metrics line
+  std::int64_t log_every = 50;  // steps between log lines when not on a terminal
   std::int64_t synthetic_size = 4096;
 };
 

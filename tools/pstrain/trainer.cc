@@ -16,6 +16,7 @@
 #include "pstrain/data/batch.h"
 #include "pstrain/data/dataset.h"
 #include "pstrain/data/shard.h"
+#include "pstrain/device.h"
 #include "pstrain/evaluate.h"
 #include "pstrain/lr_schedule.h"
 #include "pstrain/report.h"
@@ -39,8 +40,9 @@ int threads_per_process(int processes) {
 
 // The augmentation seed of one step: the same on every run, different for every step.
 std::uint64_t step_seed(std::uint64_t seed, int rank, std::int64_t epoch, std::int64_t index) {
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(
-                               (epoch * 1000003 + index) * 65537 + rank + 1);
+  std::uint64_t z =
+      seed + 0x9e3779b97f4a7c15ull *
+                 static_cast<std::uint64_t>((epoch * 1000003 + index) * 65537 + rank + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -64,6 +66,9 @@ std::string metrics_path(const std::string& path, int rank) {
 
 void train(const TrainOptions& o) {
   validate(o);
+  // Before the job is joined: a worker that cannot use its device fails at once, and the
+  // others (failing the same way) do not wait for it.
+  const ::torch::Device device = resolve_device(o.device);
   const auto wall_start = Clock::now();
 
   SyntheticSpec synthetic;
@@ -74,6 +79,9 @@ void train(const TrainOptions& o) {
                        data.train.images.size(3), data.train.num_classes};
   ::torch::manual_seed(o.seed);
   auto model = make_model(o.model, spec);
+  // Initialised on the CPU (the same weights for every --device), then moved: before the
+  // optimizers take the parameters, which must not change storage afterwards.
+  model->to(device);
 
   std::optional<Worker> worker;
   int rank = 0, world = 1;
@@ -82,17 +90,17 @@ void train(const TrainOptions& o) {
     rank = worker->rank();
     world = worker->num_workers();
   }
-  at::set_num_threads(o.threads > 0 ? o.threads
-                                    : threads_per_process(worker ? world + worker->num_servers() : 1));
+  at::set_num_threads(
+      o.threads > 0 ? o.threads : threads_per_process(worker ? world + worker->num_servers() : 1));
 
   std::unique_ptr<::torch::optim::SGD> local;
   if (o.no_ps)
-    local = std::make_unique<::torch::optim::SGD>(
-        model->parameters(), ::torch::optim::SGDOptions(o.lr)
-                                 .momentum(o.momentum)
-                                 .dampening(o.dampening)
-                                 .weight_decay(o.weight_decay)
-                                 .nesterov(o.nesterov));
+    local =
+        std::make_unique<::torch::optim::SGD>(model->parameters(), ::torch::optim::SGDOptions(o.lr)
+                                                                       .momentum(o.momentum)
+                                                                       .dampening(o.dampening)
+                                                                       .weight_decay(o.weight_decay)
+                                                                       .nesterov(o.nesterov));
 
   std::int64_t step = 0;
   if (!o.resume && !o.train_dir.empty()) {
@@ -116,7 +124,7 @@ void train(const TrainOptions& o) {
                                 "on {}; pass the same --model and --dataset or another "
                                 "--train-dir",
                                 o.train_dir, ck->model, ck->dataset, o.model, o.dataset));
-      load_checkpoint(*ck, *model, local.get());
+      load_checkpoint(*ck, *model, local.get(), device);
       step = ck->step;
       PSRT_LOG_INFO("resumed from {} at step {} (epoch {}), weights {}", ck->weights, ck->step,
                     ck->epoch, weights_digest(*model));
@@ -133,8 +141,8 @@ void train(const TrainOptions& o) {
     if (mode != "sync" && world > 1) {
       base_lr = o.lr / static_cast<float>(world);
       if (rank == 0)
-        PSRT_LOG_INFO("mode {}: each gradient is applied alone, with lr {} / {} workers = {}",
-                      mode, o.lr, world, base_lr);
+        PSRT_LOG_INFO("mode {}: each gradient is applied alone, with lr {} / {} workers = {}", mode,
+                      o.lr, world, base_lr);
     }
   }
   std::unique_ptr<psrt::torch::DistributedOptimizer> dist;
@@ -168,9 +176,10 @@ void train(const TrainOptions& o) {
   }
   Progress progress(o.log_every, rank == 0);
   if (rank == 0)
-    PSRT_LOG_INFO("training {} on {} ({} samples) with {} worker(s), batch {} per worker, {} "
-                  "steps per epoch, {} steps, {} threads",
-                  o.model, o.dataset, n, world, batch, per_epoch, total, at::get_num_threads());
+    PSRT_LOG_INFO(
+        "training {} on {} ({} samples) with {} worker(s) on {}, batch {} per worker, "
+        "{} steps per epoch, {} steps, {} threads",
+        o.model, o.dataset, n, world, device.str(), batch, per_epoch, total, at::get_num_threads());
 
   double train_seconds = 0;
   std::int64_t steps_done = 0;
@@ -198,8 +207,10 @@ void train(const TrainOptions& o) {
       shard = epoch_shard(n, rank, world, o.seed, epoch);
       shard_epoch = epoch;
     }
-    const Batch b = make_batch(data.train, shard, index * batch, batch,
-                               step_seed(o.seed, rank, epoch, index));
+    const Batch b =
+        make_batch(data.train, shard, index * batch, batch, step_seed(o.seed, rank, epoch, index));
+    // Built on the CPU (the same samples for every --device); no copy when device is the CPU.
+    const ::torch::Tensor images = b.images.to(device), labels = b.labels.to(device);
     const float lr = lr_at(o.lr_schedule, base_lr, step, total);
     if (local) {
       for (auto& group : local->param_groups())
@@ -210,13 +221,19 @@ void train(const TrainOptions& o) {
 
     const auto t0 = Clock::now();
     model->train();
-    if (local) local->zero_grad(); else dist->zero_grad();
-    auto logits = model->forward(b.images);
-    auto loss = ::torch::nn::functional::cross_entropy(logits, b.labels);
+    if (local)
+      local->zero_grad();
+    else
+      dist->zero_grad();
+    auto logits = model->forward(images);
+    auto loss = ::torch::nn::functional::cross_entropy(logits, labels);
     loss.backward();
-    if (local) local->step(); else dist->step();
+    if (local)
+      local->step();
+    else
+      dist->step();
     const double loss_value = loss.item<double>();
-    const double acc = logits.argmax(1).eq(b.labels).to(::torch::kFloat).mean().item<double>();
+    const double acc = logits.argmax(1).eq(labels).to(::torch::kFloat).mean().item<double>();
     const double dt = seconds_since(t0);
     train_seconds += dt;
     ++steps_done;
@@ -262,10 +279,13 @@ void train(const TrainOptions& o) {
 
   if (rank == 0) {
     if (last_eval_step != step) run_eval();
-    if (!o.train_dir.empty()) std::ofstream(std::filesystem::path(o.train_dir) / "DONE") << step << "\n";
-    const double per_worker = train_seconds > 0 ? static_cast<double>(batch * steps_done) / train_seconds : 0;
+    if (!o.train_dir.empty())
+      std::ofstream(std::filesystem::path(o.train_dir) / "DONE") << step << "\n";
+    const double per_worker =
+        train_seconds > 0 ? static_cast<double>(batch * steps_done) / train_seconds : 0;
     nlohmann::json summary{{"model", o.model},
                            {"dataset", o.dataset},
+                           {"device", device.str()},
                            {"workers", world},
                            {"epochs", o.epochs},
                            {"steps", step},

@@ -1,0 +1,20 @@
+// Where pstrain computes (--device): the flag parsed like psrun's --server-device, then checked
+// against what this LibTorch and this machine offer — before the job is joined, so that a worker
+// that cannot use its device fails at once instead of leaving the others waiting.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+namespace psrt::pstrain {
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N" as a LibTorch device. Throws psrt::Error:
+// kInvalidArgument for a malformed flag (naming the accepted forms), kUnsupported naming the
+// cause when CUDA device N cannot be used (a CPU-only LibTorch, no visible GPU, N too large).
+::torch::Device resolve_device(const std::string& flag);
+
+// Whether this LibTorch was built with CUDA (its CUDA library is linked in), GPU present or not.
+// Debian's libtorch-dev is CPU-only.
+bool libtorch_has_cuda();
+
+}  // namespace psrt::pstrain
