@@ -88,8 +88,8 @@ class DistributedOptimizer {
   // values as the job's initial weights (a resumed job keeps its checkpoint's), pulls them into
   // the model on every worker, and installs the gradient hooks. Blocking; call it on every worker
   // with the same model structure. Throws psrt::Error when two names collide on one key, a
-  // parameter is not a contiguous fp32 CPU or CUDA tensor that requires a gradient, two names are one
-  // tensor (tied weights), or the servers refuse.
+  // parameter is not a contiguous fp32 CPU or CUDA tensor that requires a gradient, two names
+  // are one tensor (tied weights), or the servers refuse.
   DistributedOptimizer(Worker& worker, ::torch::nn::Module& model, Options options = {});
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
