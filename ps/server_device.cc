@@ -99,9 +99,7 @@ void Server::on_device_info(Peer& peer, const Header& h) {
   Header r;
   r.type = MsgType::kDeviceInfoReply;
   r.request_id = h.request_id;
-  auto payload = encode_lines(lines);
-  ConstBuffer b{payload.data(), payload.size()};
-  peer.send(r, {&b, 1});
+  peer.send_bytes(r, encode_lines(lines));
 }
 
 void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload) {

@@ -96,7 +96,6 @@ void Worker::Impl::send_ipc(ps::Peer& server, Header h, const ConstBuffer& src,
   h.type = h.type == MsgType::kPush       ? MsgType::kPushIpc
            : h.type == MsgType::kPushPull ? MsgType::kPushPullIpc
                                           : MsgType::kPullIpc;
-  auto payload = std::make_shared<std::vector<std::byte>>(ps::encode_ipc(records));
   // The server reads the gradient in place until its update ran: "sent" only with the reply.
   const auto id = requests_.add(server, what,
                                 [st](const Status& status, const Header&,
@@ -105,8 +104,7 @@ void Worker::Impl::send_ipc(ps::Peer& server, Header h, const ConstBuffer& src,
                                   st->complete_part(status);
                                 });
   h.request_id = id;
-  ConstBuffer b{payload->data(), payload->size()};
-  server.send(h, {&b, 1}, [this, id, payload](const Status& status) {
+  server.send_bytes(h, ps::encode_ipc(records), [this, id](const Status& status) {
     if (!status.ok()) requests_.fail(id, status);
   });
 }
