@@ -10,10 +10,22 @@
 #if PSRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "device/driver.h"
 #include "kernels/cuda_check.h"
 #endif
 
 namespace psrt::device {
+
+#if PSRT_HAVE_CUDA
+void* detail::driver_function(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  PSRT_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !p)
+    throw Error(ErrorCode::kUnsupported, fmt::format("the CUDA driver has no {}", name));
+  return p;
+}
+#endif
 
 DeviceSpec parse_device(std::string_view text) {
   auto bad = [&] {

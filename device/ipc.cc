@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "device/cuda_device.h"
+#include "device/driver.h"
 #include "device/memory.h"
 #include "psrt/config.h"
 #include "psrt/error.h"
@@ -23,21 +24,12 @@ namespace psrt::device {
 
 namespace {
 
-// cuMemGetAddressRange: the base and size of the allocation holding a pointer. A driver API
-// call, fetched through the runtime so that psrt does not link libcuda (absent on machines
-// without a driver, where every binary must still start).
+// cuMemGetAddressRange: the base and size of the allocation holding a pointer (device/driver.h).
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
 GetAddressRange address_range_fn() {
-  static GetAddressRange fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    PSRT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000,
-                                                     cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !p)
-      throw Error(ErrorCode::kUnsupported, "the CUDA driver has no cuMemGetAddressRange");
-    return reinterpret_cast<GetAddressRange>(p);
-  }();
+  static GetAddressRange fn =
+      reinterpret_cast<GetAddressRange>(detail::driver_function("cuMemGetAddressRange"));
   return fn;
 }
 
@@ -46,17 +38,27 @@ GetAddressRange address_range_fn() {
 IpcExporter::IpcExporter(int device) : device_(device) {
   require_cuda_device(device);
   DeviceGuard guard(device);
-  cudaEvent_t ev = nullptr;
-  PSRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess));
-  event_ = ev;
-  cudaIpcEventHandle_t h{};
-  PSRT_CUDA_CHECK(cudaIpcGetEventHandle(&h, ev));
-  static_assert(sizeof(h) == kIpcHandleBytes);
-  std::memcpy(event_handle_.data(), &h, kIpcHandleBytes);
+  try {
+    for (std::size_t i = 0; i < kEvents; ++i) {
+      cudaEvent_t ev = nullptr;
+      PSRT_CUDA_CHECK(
+          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess));
+      events_[i] = ev;
+      cudaIpcEventHandle_t h{};
+      PSRT_CUDA_CHECK(cudaIpcGetEventHandle(&h, ev));
+      static_assert(sizeof(h) == kIpcHandleBytes);
+      std::memcpy(event_handles_[i].data(), &h, kIpcHandleBytes);
+    }
+  } catch (...) {
+    for (void* e : events_)
+      if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    throw;
+  }
 }
 
 IpcExporter::~IpcExporter() {
-  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  for (void* e : events_)
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
 }
 
 IpcRecord IpcExporter::describe(const void* p, std::size_t bytes) {
@@ -87,23 +89,39 @@ IpcRecord IpcExporter::describe(const void* p, std::size_t bytes) {
   r.allocation_bytes = size;
   std::lock_guard lock(mu_);
   // The importer waits for this point of the legacy default stream (where LibTorch computes
-  // unless told otherwise); re-recording later only moves it later, never earlier.
-  PSRT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), nullptr));
-  r.event = event_handle_;
+  // unless told otherwise); re-recording an event later only moves it later, never earlier.
+  const std::size_t i = next_event_++ % kEvents;
+  PSRT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), nullptr));
+  r.event = event_handles_[i];
   return r;
 }
+
+struct IpcImporter::Mapping {
+  int device = 0;
+  void* base = nullptr;
+  std::size_t bytes = 0;  // as mapped here
+  ~Mapping() {
+    try {
+      DeviceGuard guard(device);
+      if (cudaIpcCloseMemHandle(base) != cudaSuccess)
+        PSRT_LOG_WARN("cudaIpcCloseMemHandle failed: {}", cudaGetErrorString(cudaGetLastError()));
+    } catch (const Error& e) {
+      PSRT_LOG_WARN("closing a CUDA IPC mapping: {}", e.what());
+    }
+  }
+};
 
 IpcImporter::IpcImporter(int device, std::size_t max_open) : device_(device), max_open_(max_open) {
   require_cuda_device(device);
 }
 
 IpcImporter::~IpcImporter() {
+  allocations_.clear();  // each mapping closes when its last holder lets go
   try {
     DeviceGuard guard(device_);
-    for (auto& [key, a] : allocations_) cudaIpcCloseMemHandle(a.base);
     for (auto& [key, e] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   } catch (const Error& e) {
-    PSRT_LOG_WARN("closing CUDA IPC handles: {}", e.what());
+    PSRT_LOG_WARN("closing CUDA IPC events: {}", e.what());
   }
 }
 
@@ -129,23 +147,27 @@ IpcImporter::Opened IpcImporter::open(const IpcRecord& r, std::size_t bytes) {
       cudaIpcCloseMemHandle(base);
       throw Error(ErrorCode::kSystem, "cuMemGetAddressRange of an opened CUDA IPC handle failed");
     }
+    auto mapping = std::make_shared<Mapping>();
+    mapping->device = device_;
+    mapping->base = base;
+    mapping->bytes = size;
     lru_.push_front(r.memory);
-    it = allocations_.emplace(r.memory, Allocation{base, size, lru_.begin()}).first;
+    it = allocations_.emplace(r.memory, Allocation{std::move(mapping), lru_.begin()}).first;
     while (allocations_.size() > max_open_) {
-      auto victim = allocations_.find(lru_.back());
-      cudaIpcCloseMemHandle(victim->second.base);
-      allocations_.erase(victim);
+      allocations_.erase(lru_.back());  // closed once no queued update holds it
       lru_.pop_back();
     }
   } else {
     lru_.splice(lru_.begin(), lru_, it->second.lru);
   }
-  if (r.offset > it->second.bytes || bytes > it->second.bytes - r.offset)
+  const Mapping& m = *it->second.mapping;
+  if (r.offset > m.bytes || bytes > m.bytes - r.offset)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("CUDA IPC record for {} bytes at offset {}, but the shared allocation "
                             "holds {} bytes",
-                            bytes, r.offset, it->second.bytes));
-  out.data = static_cast<std::byte*>(it->second.base) + r.offset;
+                            bytes, r.offset, m.bytes));
+  out.data = static_cast<std::byte*>(m.base) + r.offset;
+  out.hold = it->second.mapping;
   auto ev = events_.find(r.event);
   if (ev == events_.end()) {
     cudaIpcEventHandle_t eh{};
@@ -178,6 +200,7 @@ IpcRecord IpcExporter::describe(const void*, std::size_t) { no_cuda(); }
 IpcImporter::IpcImporter(int device, std::size_t max_open) : device_(device), max_open_(max_open) {
   no_cuda();
 }
+struct IpcImporter::Mapping {};
 IpcImporter::~IpcImporter() = default;
 IpcImporter::Opened IpcImporter::open(const IpcRecord&, std::size_t) { no_cuda(); }
 std::size_t IpcImporter::open_allocations() { return 0; }

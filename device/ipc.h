@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 
 namespace psrt::device {
@@ -42,21 +43,25 @@ class IpcExporter {
   IpcExporter(const IpcExporter&) = delete;
   IpcExporter& operator=(const IpcExporter&) = delete;
 
-  // Describes `bytes` at `p` (device memory of this exporter's device) and records the event on
+  // Describes `bytes` at `p` (device memory of this exporter's device) and records an event on
   // the legacy default stream, so the importer's reads come after the work queued there so far
-  // (LibTorch's default stream). Throws psrt::Error: kInvalidArgument when `p` is not device
+  // (LibTorch's default stream). Events come from a ring of kEvents, so a record's event stays
+  // as it was for the next kEvents - 1 calls (the importer waits at most that much longer). Throws psrt::Error: kInvalidArgument when `p` is not device
   // memory of this device or the range leaves its allocation; kSystem for a failing call.
   IpcRecord describe(const void* p, std::size_t bytes);
 
  private:
+  static constexpr std::size_t kEvents = 64;
   int device_;
-  void* event_ = nullptr;  // cudaEvent_t, interprocess
-  std::array<std::byte, kIpcHandleBytes> event_handle_{};
+  std::array<void*, kEvents> events_{};  // cudaEvent_t, interprocess
+  std::array<std::array<std::byte, kIpcHandleBytes>, kEvents> event_handles_{};
+  std::size_t next_event_ = 0;
   std::mutex mu_;
 };
 
-// The importing side, on one device: opened allocations and events, cached by handle, the
-// least recently used closed beyond `max_open`. Thread-safe.
+// The importing side, on one device: opened allocations and events, cached by handle; beyond
+// `max_open` the least recently used leaves the cache (and is closed once no Opened holds it).
+// Thread-safe.
 class IpcImporter {
  public:
   explicit IpcImporter(int device, std::size_t max_open = 1024);
@@ -67,6 +72,9 @@ class IpcImporter {
   struct Opened {
     void* data = nullptr;   // the buffer in this process's address space
     void* event = nullptr;  // cudaEvent_t to wait on before reading it
+    // Keeps the mapping open while held: the cache may drop it (LRU) while an update still
+    // reads it; it is closed when the last holder lets go.
+    std::shared_ptr<void> hold;
   };
   // Opens (or finds) the record's allocation and event. Throws psrt::Error: kInvalidArgument
   // when [offset, offset + bytes) is not inside the allocation (checked against the claimed size
@@ -78,9 +86,9 @@ class IpcImporter {
 
  private:
   using Key = std::array<std::byte, kIpcHandleBytes>;
+  struct Mapping;  // an opened handle; closes it when destroyed
   struct Allocation {
-    void* base = nullptr;
-    std::size_t bytes = 0;  // as mapped here
+    std::shared_ptr<Mapping> mapping;
     std::list<Key>::iterator lru;
   };
   int device_;

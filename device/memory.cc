@@ -10,8 +10,10 @@
 #include "psrt/error.h"
 
 #if PSRT_HAVE_CUDA
+#include <cuda.h>  // driver types for the entry points of device/driver.h only
 #include <cuda_runtime_api.h>
 
+#include "device/driver.h"
 #include "kernels/cuda_check.h"
 #endif
 
@@ -26,13 +28,31 @@ void log_failure(cudaError_t err, const char* what) {
 }
 }  // namespace
 
+namespace {
+// Whether `device`'s primary context exists (cuDevicePrimaryCtxGetState, device/driver.h).
+bool primary_context_active(int device) {
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static GetState fn =
+      reinterpret_cast<GetState>(detail::driver_function("cuDevicePrimaryCtxGetState"));
+  unsigned int flags = 0;
+  int active = 0;
+  return fn(static_cast<CUdevice>(device), &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+}  // namespace
+
 DeviceGuard::DeviceGuard(int device) {
   PSRT_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ == device) {
     previous_ = -1;
     return;
   }
+  if (!primary_context_active(previous_)) previous_ = -1;  // nothing to go back to
   PSRT_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void DeviceGuard::set_for_thread(int device) noexcept {
+  if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess)
+    PSRT_LOG_WARN("cudaSetDevice({}) failed: {}", device, cudaGetErrorString(err));
 }
 
 DeviceGuard::~DeviceGuard() {
@@ -66,18 +86,6 @@ PinnedMemory PinnedMemory::allocate(std::size_t bytes) {
 
 PinnedMemory::~PinnedMemory() {
   if (data_) log_failure(cudaFreeHost(data_), "cudaFreeHost");
-}
-
-HostRegistration HostRegistration::pin(void* data, std::size_t bytes) {
-  HostRegistration r;
-  if (!data || bytes == 0) return r;
-  PSRT_CUDA_CHECK(cudaHostRegister(data, bytes, cudaHostRegisterPortable));
-  r.data_ = data;
-  return r;
-}
-
-HostRegistration::~HostRegistration() {
-  if (data_) log_failure(cudaHostUnregister(data_), "cudaHostUnregister");
 }
 
 Stream::Stream(int device) : device_(device) {
@@ -169,13 +177,12 @@ namespace {
 }  // namespace
 
 DeviceGuard::DeviceGuard(int) { no_cuda("selecting a CUDA device"); }
+void DeviceGuard::set_for_thread(int) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
 DeviceMemory DeviceMemory::allocate(int, std::size_t) { no_cuda("allocating device memory"); }
 DeviceMemory::~DeviceMemory() = default;
 PinnedMemory PinnedMemory::allocate(std::size_t) { no_cuda("allocating pinned memory"); }
 PinnedMemory::~PinnedMemory() = default;
-HostRegistration HostRegistration::pin(void*, std::size_t) { no_cuda("pinning host memory"); }
-HostRegistration::~HostRegistration() = default;
 Stream::Stream(int) { no_cuda("creating a CUDA stream"); }
 Stream::~Stream() = default;
 void Stream::synchronize() const {}
@@ -200,7 +207,6 @@ void PinnedMemory::swap(PinnedMemory& o) noexcept {
   std::swap(data_, o.data_);
   std::swap(size_, o.size_);
 }
-void HostRegistration::swap(HostRegistration& o) noexcept { std::swap(data_, o.data_); }
 void Stream::swap(Stream& o) noexcept {
   std::swap(stream_, o.stream_);
   std::swap(device_, o.device_);

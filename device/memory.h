@@ -18,10 +18,15 @@
 
 namespace psrt::device {
 
-// Makes `device` current on the calling thread for the scope and restores the previous one.
+// Makes `device` current on the calling thread for the scope and restores the previous one —
+// only when that one was really in use (its primary context active): a thread that never chose
+// a device reports device 0, and restoring it would create a context on GPU 0 in every process.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
+  // For threads psrt owns that only ever work on `device`: makes it current for good. Logs (does
+  // not throw) on failure, since it runs at a thread's start.
+  static void set_for_thread(int device) noexcept;
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
@@ -75,24 +80,6 @@ class PinnedMemory {
   void swap(PinnedMemory& o) noexcept;
   void* data_ = nullptr;
   std::size_t size_ = 0;
-};
-
-// Pins existing host memory (cudaHostRegister) for as long as it lives: the memory must outlive
-// it and must not move (do not resize a vector it covers).
-class HostRegistration {
- public:
-  HostRegistration() = default;
-  static HostRegistration pin(void* data, std::size_t bytes);
-  HostRegistration(HostRegistration&& o) noexcept { swap(o); }
-  HostRegistration& operator=(HostRegistration&& o) noexcept {
-    HostRegistration(std::move(o)).swap(*this);
-    return *this;
-  }
-  ~HostRegistration();
-
- private:
-  void swap(HostRegistration& o) noexcept;
-  void* data_ = nullptr;
 };
 
 // A non-blocking stream (does not synchronise with the legacy default stream) on one device.

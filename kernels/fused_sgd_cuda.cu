@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device/memory.h"
 #include "kernels/cuda_check.h"
 #include "kernels/fused_sgd.h"
 #include "kernels/fused_sgd_cuda_launch.h"
@@ -22,6 +23,7 @@ namespace psrt::kernels::detail {
 
 namespace {
 
+using ::psrt::device::DeviceGuard;
 using device::LaunchParams;
 using device::NormParams;
 using device::SliceDesc;
@@ -131,21 +133,6 @@ class StagingLease {
   cudaStream_t stream_;
   StagingBuffer buffer_;
   bool completed_ = false;
-};
-
-// Makes `device` current for the calling thread for one call and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    PSRT_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) PSRT_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
 };
 
 bool aligned16(const void* p) {

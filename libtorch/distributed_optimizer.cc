@@ -245,6 +245,10 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
     s.push = s.pull = Handle();
     return;
   }
+  // CUDA parameters are outside the credit: on CUDA IPC a push counts as sent only once its round
+  // is applied, which needs every worker's push, so a credit on it could deadlock a sync round
+  // when two workers issue keys in different orders.
+  if (s.param.is_cuda()) return;
   in_flight_.push_back({index, s.bytes, s.push});
   in_flight_bytes_ += s.bytes;
 }

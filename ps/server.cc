@@ -381,32 +381,10 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
 }
 
 void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
-  auto release = [this, &s](const Status&) {
-    {
-      std::lock_guard lock(s.mu);
-      --s.readers;
-    }
-    after_change(s);
-  };
   for (auto& w : ready) {
     if (w.out) {
       // The weights go straight into the worker's GPU memory; the reply only says so.
-      Status copied = copy_to_ipc_output(s, w);
-      if (!copied.ok()) {
-        w.peer->send_error(w.request_id, copied.code(), copied.message(), false);
-        release(copied);
-        continue;
-      }
-      Header r;
-      r.type = MsgType::kPullIpcReply;
-      r.request_id = w.request_id;
-      r.key = s.key;
-      r.arg0 = s.index;
-      {
-        std::lock_guard lock(s.mu);
-        r.round = s.version;
-      }
-      w.peer->send(r, {}, release);
+      reply_ipc_pull(s, std::move(w));
       continue;
     }
     Header r;

@@ -79,6 +79,7 @@ class Server final : public Handler {
     // `remote_event`; a PUSH_IPC is acked only once the update has read it.
     const void* remote = nullptr;
     void* remote_event = nullptr;
+    std::shared_ptr<void> remote_hold;  // keeps the IPC mapping open until the update ran
     std::shared_ptr<Peer> ack_peer;
     std::uint64_t ack_request = 0;
     std::size_t size = 0;
@@ -97,16 +98,18 @@ class Server final : public Handler {
     std::uint64_t target;  // the worker's `applied` that must be reached
     void* out = nullptr;   // CUDA IPC: the worker's output, written here instead of sent
     void* out_event = nullptr;
+    std::shared_ptr<void> out_hold{};
   };
   struct Slice {
     std::mutex mu;
     std::uint64_t key = 0, offset = 0, count = 0, total = 0;
     std::uint32_t index = 0;
-    // cpu server: the slice. cuda server: `weights` is the host mirror of d_weights (pinned; what
-    // staged pulls are sent from and checkpoints read), `momentum` is filled for checkpoints only.
+    // cpu server: the slice. cuda server: the slice is d_weights/d_momentum; `weights` and
+    // `momentum` are filled for checkpoints only, and `mirror` (pinned) holds the weights staged
+    // pulls are sent from, refreshed after every update.
     std::vector<float> weights, momentum;
     device::DeviceMemory d_weights, d_momentum;
-    device::HostRegistration pinned_weights;
+    device::PinnedMemory mirror;
     std::uint64_t version = 0;
     std::map<std::uint32_t, WorkerState> workers;  // live ranks
     std::vector<GradBuf> free;
@@ -156,8 +159,9 @@ class Server final : public Handler {
                                        bool checkpoint_due);
   void on_device_info(Peer& peer, const Header& h);
   void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);
-  // Writes the weights into an IPC waiter's output; the status of that copy.
-  Status copy_to_ipc_output(const Slice& s, const PullWaiter& w);
+  // Writes the weights into an IPC waiter's output and replies, on the GPU's reply thread (the
+  // copy waits for the worker's event: never on a progress thread).
+  void reply_ipc_pull(Slice& s, PullWaiter w);
   ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.

@@ -2,6 +2,8 @@
 // on the compute stream, and what pulls are sent from. See the path notes in set_transport().
 #include <fmt/core.h>
 
+#include <cstring>
+
 #include "base/host.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
@@ -58,8 +60,10 @@ void Server::init_on_device(Slice& s) {
     device::copy_async(s.d_momentum.data(), s.momentum.data(), bytes, gpu_->copies);
   }
   gpu_->copies.synchronize();
-  // The host mirror never resizes from here on, so it can stay pinned for its lifetime.
-  s.pinned_weights = device::HostRegistration::pin(s.weights.data(), bytes);
+  if (!gpu_->transport_cuda) {
+    s.mirror = device::PinnedMemory::allocate(bytes);
+    std::memcpy(s.mirror.data(), s.weights.data(), bytes);
+  }
 }
 
 kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
@@ -74,17 +78,25 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
   std::vector<const void*> grads;
   for (const auto& g : u.grads) {
     if (g.copied) g.copied.wait_on(gpu.compute);
-    if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);
+    if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);  // the worker's writes
     grads.push_back(g.remote ? g.remote : g.dev.data());
   }
   const kernels::SliceUpdate k = slice_update(
       s, u, grads, static_cast<float*>(s.d_weights.data()),
       s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
-  const kernels::StepResult result =
-      kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
+  kernels::StepResult result;
+  try {
+    result = kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
+  } catch (...) {
+    // The buffer was never written: keep it "not yet initialised" for the next round.
+    if (first_step) s.d_momentum = device::DeviceMemory();
+    throw;
+  }
   // A skipped first step wrote nothing: the buffer stays "not yet initialised" (see run_update).
   if (result.skipped && first_step) s.d_momentum = device::DeviceMemory();
-  if (!gpu.transport_cuda || checkpoint_due)
+  if (!gpu.transport_cuda)
+    device::copy_async(s.mirror.data(), s.d_weights.data(), bytes, gpu.compute);
+  if (checkpoint_due)
     device::copy_async(s.weights.data(), s.d_weights.data(), bytes, gpu.compute);
   if (checkpoint_due && s.d_momentum) {
     s.momentum.resize(s.count);
@@ -139,6 +151,7 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
       GradBuf g;
       g.remote = grad.data;
       g.remote_event = grad.event;
+      g.remote_hold = std::move(grad.hold);
       g.size = grad_bytes;
       g.dtype = h.dtype;
       g.lr = lr;
@@ -153,27 +166,53 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
     if (h.type != MsgType::kPushIpc) {
       auto w = s.workers.find(rank);
       const std::uint64_t target = w == s.workers.end() ? 0 : w->second.received;
-      s.waiters.push_back(
-          {peer.shared_from_this(), h.request_id, rank, target, out.data, out.event});
+      s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, target, out.data,
+                           out.event, std::move(out.hold)});
     }
   }
   after_change(s);
 }
 
-Status Server::copy_to_ipc_output(const Slice& s, const PullWaiter& w) {
-  try {
-    device::wait_event(w.out_event, gpu_->replies);
-    device::copy_async(w.out, s.d_weights.data(), s.count * sizeof(float), gpu_->replies);
-    gpu_->replies.synchronize();
-    return {};
-  } catch (const Error& e) {
-    return Status(e);
-  }
+void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
+  gpu_->post([this, &s, w = std::move(w)] {
+    Status copied;
+    try {
+      // After the worker's queued work on its output (its event), then into it; the weights
+      // cannot change meanwhile (this waiter is counted in s.readers).
+      device::wait_event(w.out_event, gpu_->replies);
+      device::copy_async(w.out, s.d_weights.data(), s.count * sizeof(float), gpu_->replies);
+      gpu_->replies.synchronize();
+    } catch (const Error& e) {
+      copied = Status(e);
+    }
+    auto release = [this, &s](const Status&) {
+      {
+        std::lock_guard lock(s.mu);
+        --s.readers;
+      }
+      after_change(s);
+    };
+    if (!copied.ok()) {
+      w.peer->send_error(w.request_id, copied.code(), copied.message(), false);
+      return release(copied);
+    }
+    Header r;
+    r.type = MsgType::kPullIpcReply;
+    r.request_id = w.request_id;
+    r.key = s.key;
+    r.arg0 = s.index;
+    {
+      std::lock_guard lock(s.mu);
+      r.round = s.version;
+    }
+    w.peer->send(r, {}, release);
+  });
 }
 
 ConstBuffer Server::pull_source(const Slice& s) const {
   if (gpu_ && gpu_->transport_cuda)
     return {s.d_weights.data(), s.count * sizeof(float), MemoryType::kCuda};
+  if (gpu_) return {s.mirror.data(), s.count * sizeof(float), MemoryType::kHost};
   return {s.weights.data(), s.count * sizeof(float), MemoryType::kHost};
 }
 

@@ -3,7 +3,12 @@
 // device receive slots as they arrive, and which path the transport allows.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "device/cuda_device.h"
 #include "device/ipc.h"
@@ -19,7 +24,24 @@ struct Server::Gpu {
         compute(device),
         copies(device),
         replies(device),
-        ipc(device) {}
+        ipc(device),
+        reply_thread([this] { run_replies(); }) {}
+  ~Gpu() {
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    reply_thread.join();
+  }
+  // Runs `job` on the reply thread (in order).
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard lock(mu);
+      jobs.push_back(std::move(job));
+    }
+    cv.notify_one();
+  }
 
   const int index;
   const std::string name;
@@ -28,6 +50,29 @@ struct Server::Gpu {
   device::Stream replies;  // CUDA IPC pulls: the weights -> the worker's output
   device::IpcImporter ipc;  // workers' buffers shared with CUDA IPC
   bool transport_cuda = false;  // the transport sends from and receives into device memory
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> jobs;
+  bool stopping = false;
+  std::thread reply_thread;  // last: started once everything above exists
+
+ private:
+  void run_replies() {
+    // This thread only ever works on this device: set it once, never restored.
+    device::DeviceGuard::set_for_thread(index);
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [this] { return stopping || !jobs.empty(); });
+        if (jobs.empty()) return;
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      job();
+    }
+  }
 };
 
 }  // namespace psrt::ps

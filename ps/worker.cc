@@ -208,12 +208,77 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
   // CUDA buffers are checked whole before any slice leaves, so a bad one sends nothing.
   const bool grad_cuda = sends_grad && grad.memory == MemoryType::kCuda;
   const bool out_cuda = replies_weights && out.memory == MemoryType::kCuda;
-  if (grad_cuda) cuda_device_of(grad);
-  if (out_cuda) cuda_device_of(out);
+  const int grad_device = grad_cuda ? cuda_device_of(grad) : -1;
+  const int out_device = out_cuda ? cuda_device_of(out) : -1;
+  // The slices' slices of `grad` and `out`.
+  auto src_of = [&](const ps::SliceRecord& s) {
+    return ConstBuffer{static_cast<const std::byte*>(grad.data) + s.offset * esize,
+                       s.count * esize, grad.memory};
+  };
+  auto dest_of = [&](const ps::SliceRecord& s) {
+    if (!replies_weights) return MutableBuffer{};
+    return MutableBuffer{static_cast<std::byte*>(out.data) + s.offset * sizeof(float),
+                         s.count * sizeof(float), out.memory};
+  };
+
+  // First everything that can fail (paths, staging, pinned buffers, IPC handles), for every
+  // slice: an error then leaves nothing sent, so no round gets a part of this operation.
+  struct Plan {
+    bool ipc = false;
+    std::vector<device::IpcRecord> records;
+    ps::DeviceStaging* grad_staging = nullptr;
+    ps::DeviceStaging* out_staging = nullptr;
+    std::shared_ptr<device::PinnedMemory> grad_pinned, out_pinned;
+  };
+  std::vector<Plan> plans(l->slices.size());
+  auto give_back = [&] {
+    for (auto& p : plans) {
+      if (p.grad_pinned) p.grad_staging->give(std::move(p.grad_pinned));
+      if (p.out_pinned) p.out_staging->give(std::move(p.out_pinned));
+    }
+  };
+  bool sync_default = false;
+  try {
+    for (std::size_t i = 0; i < l->slices.size(); ++i) {
+      const auto& s = l->slices[i];
+      if (!grad_cuda && !out_cuda) break;  // host memory only: nothing to plan
+      Plan& p = plans[i];
+      const DevicePath path = device_path(s.server);
+      const ConstBuffer src = src_of(s);
+      const MutableBuffer dest = dest_of(s);
+      if (path == DevicePath::kIpc && grad_cuda == sends_grad && out_cuda == replies_weights) {
+        p.ipc = true;
+        if (sends_grad) p.records.push_back(exporter(grad_device).describe(src.data, src.size));
+        if (replies_weights)
+          p.records.push_back(exporter(out_device).describe(dest.data, dest.size));
+        continue;
+      }
+      // The transport reads and writes device memory on its own streams: wait for the default
+      // stream's work once, as the other paths order themselves after it.
+      if (path == DevicePath::kDirect) sync_default = true;
+      // Staged: path c, and the CUDA side of an op that mixes host and CUDA buffers under path b.
+      const bool stage = path == DevicePath::kStaged || path == DevicePath::kIpc;
+      if (grad_cuda && stage) {
+        p.grad_staging = &staging(grad_device);
+        p.grad_pinned = p.grad_staging->take(src.size);
+      }
+      if (out_cuda && stage) {
+        p.out_staging = &staging(out_device);
+        p.out_pinned = p.out_staging->take(dest.size);
+      }
+    }
+    if (sync_default) device::synchronize_legacy_default(grad_cuda ? grad_device : out_device);
+  } catch (...) {
+    give_back();
+    throw;
+  }
+
   auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
                                                   options_.op_timeout,
                                                   fmt::format("{} of key {}", op, key));
-  for (const auto& s : l->slices) {
+  for (std::size_t i = 0; i < l->slices.size(); ++i) {
+    const auto& s = l->slices[i];
+    Plan& plan = plans[i];
     Header h;
     h.type = type;
     h.dtype = replies_weights && !sends_grad ? ps::WireType::kF32 : dtype;
@@ -225,48 +290,34 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     if (type == MsgType::kPush || type == MsgType::kPushPull) h.arg1 = lr;
     auto& server = *servers_[s.server];
     const std::string what = fmt::format("{} of key {} slice {}", op, key, s.index);
-    ConstBuffer src{static_cast<const std::byte*>(grad.data) + s.offset * esize, s.count * esize,
-                    grad.memory};
-    MutableBuffer dest;
-    if (replies_weights)
-      dest = {static_cast<std::byte*>(out.data) + s.offset * sizeof(float),
-              s.count * sizeof(float), out.memory};
-    const DevicePath path = grad_cuda || out_cuda ? device_path(s.server) : DevicePath::kUnknown;
-    if (path == DevicePath::kIpc && grad_cuda == sends_grad && out_cuda == replies_weights) {
-      send_ipc(server, h, src, dest, st, what);
+    if (plan.ipc) {
+      send_ipc(server, h, std::move(plan.records), st, what);
       continue;
     }
-    // The transport reads device memory on its own streams: wait here for the default stream's
-    // work, as the other paths order themselves after it.
-    if (path == DevicePath::kDirect && grad_cuda && &s == &l->slices.front())
-      device::synchronize_legacy_default(device::locate(grad.data).index);
-    // Staged: path c, and the CUDA side of an op that mixes host and CUDA buffers under path b.
-    const bool stage = path == DevicePath::kStaged || path == DevicePath::kIpc;
-    ps::DeviceStaging* grad_staging =
-        grad_cuda && stage ? &staging(device::locate(src.data).index) : nullptr;
-    ps::DeviceStaging* out_staging =
-        out_cuda && stage ? &staging(device::locate(dest.data).index) : nullptr;
+    const ConstBuffer src = src_of(s);
+    MutableBuffer dest = dest_of(s);
 
     ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
       st->complete_part(status);
     };
-    if (out_staging) {
+    if (plan.out_pinned) {
       // The reply lands in pinned memory and reaches `out` by one more copy before completion.
-      auto pinned = out_staging->take(dest.size);
-      done = [st, out_staging, pinned, dest](const Status& status, const Header&,
-                                               std::span<const std::byte>) {
+      ps::DeviceStaging* staging = plan.out_staging;
+      auto pinned = std::move(plan.out_pinned);
+      done = [st, staging, pinned, dest](const Status& status, const Header&,
+                                         std::span<const std::byte>) {
         if (!status.ok()) {
-          out_staging->give(pinned);
+          staging->give(pinned);
           return st->complete_part(status);
         }
         try {
-          out_staging->copy_then(dest.data, pinned->data(), dest.size,
-                                 [st, out_staging, pinned](const Status& copied) {
-                                   out_staging->give(pinned);
-                                   st->complete_part(copied);
-                                 });
+          staging->copy_then(dest.data, pinned->data(), dest.size,
+                             [st, staging, pinned](const Status& copied) {
+                               staging->give(pinned);
+                               st->complete_part(copied);
+                             });
         } catch (const Error& e) {
-          out_staging->give(pinned);
+          staging->give(pinned);
           st->complete_part(Status(e));
         }
       };
@@ -280,28 +331,29 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     };
     if (!sends_grad) {
       server.send(h, {}, on_sent);
-    } else if (!grad_staging) {
+    } else if (!plan.grad_pinned) {
       server.send(h, {&src, 1}, on_sent);
     } else {
       // Sent once this slice's copy is done; the copies of later slices go on meanwhile.
-      auto pinned = grad_staging->take(src.size);
+      ps::DeviceStaging* staging = plan.grad_staging;
+      auto pinned = std::move(plan.grad_pinned);
       auto peer = servers_[s.server];
       try {
-        grad_staging->copy_then(
+        staging->copy_then(
             pinned->data(), src.data, src.size,
-            [h, peer, pinned, grad_staging, on_sent, size = src.size](const Status& copied) {
+            [h, peer, pinned, staging, on_sent, size = src.size](const Status& copied) {
               if (!copied.ok()) {
-                grad_staging->give(pinned);
+                staging->give(pinned);
                 return on_sent(copied);
               }
               ConstBuffer b{pinned->data(), size};
-              peer->send(h, {&b, 1}, [pinned, grad_staging, on_sent](const Status& sent) {
-                grad_staging->give(pinned);
+              peer->send(h, {&b, 1}, [pinned, staging, on_sent](const Status& sent) {
+                staging->give(pinned);
                 on_sent(sent);
               });
             });
       } catch (const Error& e) {
-        grad_staging->give(pinned);
+        staging->give(pinned);
         on_sent(Status(e));
       }
     }
@@ -345,9 +397,10 @@ void Worker::Impl::shutdown() {
   }
   state_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
-  stop_staging();
   transport_->shutdown();
   requests_.fail_all(Status(ErrorCode::kCancelled, "the worker shut down"));
+  // Last: the callbacks of the sends and requests just ended still use the staging buffers.
+  stop_staging();
 }
 
 transport::Placement Worker::Impl::place(ps::Peer&, const Header& h, std::size_t size) {

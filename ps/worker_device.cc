@@ -27,7 +27,9 @@ int Worker::Impl::cuda_device_of(const ConstBuffer& b) {
 }
 
 Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server) {
-  std::lock_guard lock(staging_mu_);
+  // Its own lock: the first call per server waits for a DEVICE_INFO reply, which must not hold
+  // up staging() and exporter().
+  std::lock_guard lock(paths_mu_);
   if (paths_.size() < servers_.size()) paths_.resize(servers_.size(), DevicePath::kUnknown);
   if (paths_[server] != DevicePath::kUnknown) return paths_[server];
   auto& peer = *servers_[server];
@@ -84,15 +86,9 @@ device::IpcExporter& Worker::Impl::exporter(int device) {
   return *e;
 }
 
-void Worker::Impl::send_ipc(ps::Peer& server, Header h, const ConstBuffer& src,
-                            const MutableBuffer& dest,
+void Worker::Impl::send_ipc(ps::Peer& server, Header h, std::vector<device::IpcRecord> records,
                             const std::shared_ptr<detail::HandleState>& st,
                             const std::string& what) {
-  std::vector<device::IpcRecord> records;
-  if (h.type != MsgType::kPull)
-    records.push_back(exporter(device::locate(src.data).index).describe(src.data, src.size));
-  if (h.type != MsgType::kPush)
-    records.push_back(exporter(device::locate(dest.data).index).describe(dest.data, dest.size));
   h.type = h.type == MsgType::kPush       ? MsgType::kPushIpc
            : h.type == MsgType::kPushPull ? MsgType::kPushPullIpc
                                           : MsgType::kPullIpc;
@@ -104,7 +100,11 @@ void Worker::Impl::send_ipc(ps::Peer& server, Header h, const ConstBuffer& src,
                                   st->complete_part(status);
                                 });
   h.request_id = id;
-  server.send_bytes(h, ps::encode_ipc(records), [this, id](const Status& status) {
+  // Peer::send, not send_bytes: send_bytes marks the payload as control bytes (dtype kBytes),
+  // and an IPC message keeps its gradient's dtype. The records live until the send completes.
+  auto payload = std::make_shared<std::vector<std::byte>>(ps::encode_ipc(records));
+  ConstBuffer b{payload->data(), payload->size()};
+  server.send(h, {&b, 1}, [this, id, payload](const Status& status) {
     if (!status.ok()) requests_.fail(id, status);
   });
 }

@@ -78,8 +78,9 @@ class Worker::Impl final : public ps::Handler {
   int cuda_device_of(const ConstBuffer& b);
   ps::DeviceStaging& staging(int device);
   device::IpcExporter& exporter(int device);
-  // Sends one slice of a PUSH/PUSH_PULL/PULL whose CUDA buffers the server shares by IPC.
-  void send_ipc(ps::Peer& server, ps::Header h, const ConstBuffer& src, const MutableBuffer& dest,
+  // Sends one slice of a PUSH/PUSH_PULL/PULL whose CUDA buffers the server shares by IPC
+  // (`records`: the gradient's, then the output's).
+  void send_ipc(ps::Peer& server, ps::Header h, std::vector<device::IpcRecord> records,
                 const std::shared_ptr<detail::HandleState>& st, const std::string& what);
   void stop_staging();
 
@@ -100,7 +101,8 @@ class Worker::Impl final : public ps::Handler {
   std::mutex staging_mu_;
   std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;  // by CUDA device
   std::map<int, std::unique_ptr<device::IpcExporter>> exporters_;  // by CUDA device
-  std::vector<DevicePath> paths_;                                  // by server
+  std::mutex paths_mu_;
+  std::vector<DevicePath> paths_;  // by server
 
   std::mutex state_mu_;
   std::condition_variable state_cv_;

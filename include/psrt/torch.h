@@ -70,7 +70,7 @@ struct Options {
   bool set_sgd = false;
   OptimizerConfig sgd{};
   // Gradient bytes handed to the transport and not yet sent; later gradients queue in forward
-  // order. 0 = no bound.
+  // order. 0 = no bound. CPU parameters only: CUDA ones are issued at once.
   std::size_t push_credit_bytes = std::size_t{4} << 20;
   // fp16/bf16 halve the bytes pushed (servers accumulate in fp32).
   GradType grad_type = GradType::kF32;
