@@ -133,6 +133,29 @@ TEST(PsbenchKernel, CpuPrintsOneObjectPerParamCountWithTheCopyCeiling) {
   }
 }
 
+// The guard and clipping pre-pass can be timed on the CPU; the line says it was on.
+TEST(PsbenchKernel, CpuTimesTheGuardWhenAsked) {
+  auto r = run("kernel --device cpu --workers 2 --params 5000 --iters 3 --skip-nonfinite "
+               "--max-grad-norm 1.5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  EXPECT_EQ(lines[0]["skip_nonfinite"], true);
+  EXPECT_EQ(lines[0]["max_grad_norm"].get<double>(), 1.5);
+  EXPECT_GT(lines[0]["us_p50"].get<double>(), 0.0);
+  r = run("kernel --device cpu --workers 2 --params 5000 --iters 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  EXPECT_FALSE(lines[0].contains("skip_nonfinite")) << r.out;
+  r = run("kernel --device cpu --params 5000 --max-grad-norm -1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--max-grad-norm"), std::string::npos) << r.out;
+  r = run("kernel --device cuda --params 5000 --skip-nonfinite");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("time the cpu update only"), std::string::npos) << r.out;
+}
+
 TEST(PsbenchKernel, RefusesWhatItCannotMeasure) {
   auto r = run("kernel --dtype fp8");
   EXPECT_NE(r.status, 0);

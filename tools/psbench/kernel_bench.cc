@@ -97,6 +97,8 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
     inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
   kernels::SgdConfig cfg{
       .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
+  cfg.max_grad_norm = c.max_grad_norm;
+  cfg.skip_nonfinite = c.skip_nonfinite;
   const kernels::CpuIsa isa = kernels::best_cpu_isa();
 
   auto update = [&](InputSet& in) {
@@ -152,6 +154,10 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
                       {"GBps", gbps},
                       {"copy_GBps", copy_gbps},
                       {"pct_of_copy", 100.0 * gbps / copy_gbps}};
+  if (kernels::needs_prepass(cfg)) {
+    line["max_grad_norm"] = c.max_grad_norm;
+    line["skip_nonfinite"] = c.skip_nonfinite;
+  }
   std::cout << line.dump() << std::endl;
   return 0;
 }
@@ -166,6 +172,10 @@ int run_kernel_bench(const KernelBenchConfig& c) {
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("--device: {}", e.what()));
   }
+  if (where.is_cuda() && (c.max_grad_norm != 0.f || c.skip_nonfinite))
+    throw Error(ErrorCode::kInvalidArgument,
+                "--max-grad-norm and --skip-nonfinite time the cpu update only (the cuda bench "
+                "times the update kernel alone)");
   if (where.is_cuda()) {
 #if PSRT_HAVE_CUDA
     run_cuda_kernel_bench(c, where.index, dtype);

@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
   kb->add_option("--threads", kc.threads, "cpu: threads the update and the copy are split over")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  kb->add_option("--max-grad-norm", kc.max_grad_norm,
+                 "cpu: clip the mean gradient's L2 norm to this (0 = off; times the pre-pass)")
+      ->check(CLI::NonNegativeNumber);
+  kb->add_flag("--skip-nonfinite", kc.skip_nonfinite,
+               "cpu: skip a step whose gradient holds a NaN or infinity (times the pre-pass)");
 
   auto* list = app.add_subcommand("backends", "print the transport backends of this build");
 
