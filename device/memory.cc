@@ -74,10 +74,12 @@ DeviceMemory::~DeviceMemory() {
   if (data_) log_failure(cudaFree(data_), "cudaFree");
 }
 
-PinnedMemory PinnedMemory::allocate(std::size_t bytes) {
+PinnedMemory PinnedMemory::allocate(std::size_t bytes, int device) {
   std::string why;
   if (cuda_device_count(&why) == 0)
     throw Error(ErrorCode::kUnsupported, "pinned host memory needs a CUDA device: " + why);
+  require_cuda_device(device);
+  DeviceGuard guard(device);
   PinnedMemory m;
   PSRT_CUDA_CHECK(cudaHostAlloc(&m.data_, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
   m.size_ = bytes;
@@ -181,7 +183,7 @@ void DeviceGuard::set_for_thread(int) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
 DeviceMemory DeviceMemory::allocate(int, std::size_t) { no_cuda("allocating device memory"); }
 DeviceMemory::~DeviceMemory() = default;
-PinnedMemory PinnedMemory::allocate(std::size_t) { no_cuda("allocating pinned memory"); }
+PinnedMemory PinnedMemory::allocate(std::size_t, int) { no_cuda("allocating pinned memory"); }
 PinnedMemory::~PinnedMemory() = default;
 Stream::Stream(int) { no_cuda("creating a CUDA stream"); }
 Stream::~Stream() = default;

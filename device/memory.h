@@ -4,7 +4,7 @@
 //
 //   device::Stream copies(0);                                  // on cuda:0
 //   auto slot = device::DeviceMemory::allocate(0, bytes);
-//   auto staging = device::PinnedMemory::allocate(bytes);
+//   auto staging = device::PinnedMemory::allocate(bytes, 0);
 //   device::copy_async(slot.data(), staging.data(), bytes, copies);
 //   device::Event done = device::Event::record(copies);
 //   done.synchronize();
@@ -64,7 +64,9 @@ class DeviceMemory {
 class PinnedMemory {
  public:
   PinnedMemory() = default;
-  static PinnedMemory allocate(std::size_t bytes);
+  // Allocated with `device` current (the memory is usable from every device either way; this
+  // keeps the call from creating a context on another GPU).
+  static PinnedMemory allocate(std::size_t bytes, int device);
   PinnedMemory(PinnedMemory&& o) noexcept { swap(o); }
   PinnedMemory& operator=(PinnedMemory&& o) noexcept {
     PinnedMemory(std::move(o)).swap(*this);

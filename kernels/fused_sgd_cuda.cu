@@ -352,11 +352,12 @@ int prepared_device(const PreparedLaunch& prepared) noexcept {
 void destroy_prepared_fused_sgd_cuda(PreparedLaunch* prepared) noexcept {
   if (prepared == nullptr) return;
   if (prepared->table != nullptr) {
-    int previous = 0;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(prepared->device) == cudaSuccess;
-    (void)cudaFree(prepared->table);
-    if (switched) (void)cudaSetDevice(previous);
+    try {
+      DeviceGuard guard(prepared->device);
+      (void)cudaFree(prepared->table);
+    } catch (...) {
+      // Freeing is best effort (the device may be gone); nothing to report from a destructor.
+    }
   }
   delete prepared;
 }

@@ -34,7 +34,8 @@ std::shared_ptr<device::PinnedMemory> DeviceStaging::take(std::size_t bytes) {
       return b;
     }
   }
-  return std::make_shared<device::PinnedMemory>(device::PinnedMemory::allocate(bytes));
+  return std::make_shared<device::PinnedMemory>(
+      device::PinnedMemory::allocate(bytes, stream_.device()));
 }
 
 void DeviceStaging::give(std::shared_ptr<device::PinnedMemory> buffer) {

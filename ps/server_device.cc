@@ -39,7 +39,7 @@ void Server::place_on_device(GradBuf& g, std::size_t size, transport::Placement&
     p.dest = {g.dev.data(), size, MemoryType::kCuda};
     return;
   }
-  if (!g.pinned) g.pinned = device::PinnedMemory::allocate(size);
+  if (!g.pinned) g.pinned = device::PinnedMemory::allocate(size, gpu_->index);
   p.dest = {g.pinned.data(), size, MemoryType::kHost};
 }
 
@@ -61,7 +61,7 @@ void Server::init_on_device(Slice& s) {
   }
   gpu_->copies.synchronize();
   if (!gpu_->transport_cuda) {
-    s.mirror = device::PinnedMemory::allocate(bytes);
+    s.mirror = device::PinnedMemory::allocate(bytes, gpu_->index);
     std::memcpy(s.mirror.data(), s.weights.data(), bytes);
   }
 }

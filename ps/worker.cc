@@ -267,7 +267,10 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
         p.out_pinned = p.out_staging->take(dest.size);
       }
     }
-    if (sync_default) device::synchronize_legacy_default(grad_cuda ? grad_device : out_device);
+    if (sync_default) {
+      if (grad_cuda) device::synchronize_legacy_default(grad_device);
+      if (out_cuda && out_device != grad_device) device::synchronize_legacy_default(out_device);
+    }
   } catch (...) {
     give_back();
     throw;

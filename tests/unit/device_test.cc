@@ -88,7 +88,7 @@ TEST(Device, WithoutAGpuNothingIsAllocatedAndTheCauseIsNamed) {
     }
   };
   expect_unsupported([] { device::DeviceMemory::allocate(0, 64); }, "DeviceMemory");
-  expect_unsupported([] { device::PinnedMemory::allocate(64); }, "PinnedMemory");
+  expect_unsupported([] { device::PinnedMemory::allocate(64, 0); }, "PinnedMemory");
   expect_unsupported([] { device::Stream s(0); }, "Stream");
   expect_unsupported([] { ps::DeviceStaging s(0); }, "DeviceStaging");
 }
@@ -106,7 +106,7 @@ TEST(DeviceGpu, DeviceMemoryIsLocatedOnItsDevice) {
   // An interior pointer, as a caching allocator hands out, is device memory too.
   EXPECT_EQ(device::locate(static_cast<char*>(m.data()) + 4096),
             (device::DeviceSpec{MemoryType::kCuda, 0}));
-  auto pinned = device::PinnedMemory::allocate(64);
+  auto pinned = device::PinnedMemory::allocate(64, 0);
   EXPECT_EQ(device::locate(pinned.data()), device::DeviceSpec{});
 }
 
