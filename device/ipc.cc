@@ -59,6 +59,19 @@ IpcExporter::IpcExporter(int device) : device_(device) {
 IpcExporter::~IpcExporter() {
   for (void* e : events_)
     if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (probe_) cudaFree(probe_);
+}
+
+IpcRecord IpcExporter::probe() {
+  constexpr std::size_t kProbeBytes = 256;
+  {
+    std::lock_guard lock(mu_);
+    if (!probe_) {
+      DeviceGuard guard(device_);
+      PSRT_CUDA_CHECK(cudaMalloc(&probe_, kProbeBytes));
+    }
+  }
+  return describe(probe_, kProbeBytes);
 }
 
 IpcRecord IpcExporter::describe(const void* p, std::size_t bytes) {
@@ -197,6 +210,7 @@ namespace {
 IpcExporter::IpcExporter(int device) : device_(device) { no_cuda(); }
 IpcExporter::~IpcExporter() = default;
 IpcRecord IpcExporter::describe(const void*, std::size_t) { no_cuda(); }
+IpcRecord IpcExporter::probe() { no_cuda(); }
 IpcImporter::IpcImporter(int device, std::size_t max_open) : device_(device), max_open_(max_open) {
   no_cuda();
 }

@@ -49,6 +49,9 @@ class IpcExporter {
   // as it was for the next kEvents - 1 calls (the importer waits at most that much longer). Throws psrt::Error: kInvalidArgument when `p` is not device
   // memory of this device or the range leaves its allocation; kSystem for a failing call.
   IpcRecord describe(const void* p, std::size_t bytes);
+  // A record of a small buffer this exporter owns for its lifetime: an importer that can open it
+  // can open this process's buffers (same host, same IPC namespace, peer access).
+  IpcRecord probe();
 
  private:
   static constexpr std::size_t kEvents = 64;
@@ -56,6 +59,7 @@ class IpcExporter {
   std::array<void*, kEvents> events_{};  // cudaEvent_t, interprocess
   std::array<std::array<std::byte, kIpcHandleBytes>, kEvents> event_handles_{};
   std::size_t next_event_ = 0;
+  void* probe_ = nullptr;  // cudaMalloc'd, kProbeBytes
   std::mutex mu_;
 };
 

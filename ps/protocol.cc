@@ -36,6 +36,7 @@ Body body_of(MsgType t) {
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
     case MsgType::kShutdown:
+    case MsgType::kDeviceInfo:
     case MsgType::kDeviceInfoReply:
       return Body::kBytes;
     case MsgType::kPushIpc:

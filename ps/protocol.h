@@ -65,7 +65,8 @@ enum class MsgType : std::uint8_t {
   kPullReply,      // payload count f32 weights; round = slice version
   // CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's GPU
   // memory and the server reads or writes them in place; the payload is IpcRecords.
-  kDeviceInfo,       // worker → server → kDeviceInfoReply
+  kDeviceInfo,       // worker → server → kDeviceInfoReply; payload empty, or one IpcRecord of a
+                     // probe buffer that a CUDA server opens to prove IPC works (else ERROR)
   kDeviceInfoReply,  // payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id
   kPushIpc,          // one record: the gradient → kPushAck once the update has read it
   kPushPullIpc,      // two records: the gradient, then the output → kPullIpcReply

@@ -187,7 +187,7 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     case MsgType::kPull:
       return on_pull(peer, h, checked_slice(peer, h));
     case MsgType::kDeviceInfo:
-      return on_device_info(peer, h);
+      return on_device_info(peer, h, payload);
     case MsgType::kPushIpc:
     case MsgType::kPushPullIpc:
     case MsgType::kPullIpc:

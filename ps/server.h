@@ -157,7 +157,7 @@ class Server final : public Handler {
   void init_on_device(Slice& s);
   kernels::StepResult update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
                                        bool checkpoint_due);
-  void on_device_info(Peer& peer, const Header& h);
+  void on_device_info(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);
   // Writes the weights into an IPC waiter's output and replies, on the GPU's reply thread (the
   // copy waits for the worker's event: never on a progress thread).

@@ -106,7 +106,21 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
   return result;
 }
 
-void Server::on_device_info(Peer& peer, const Header& h) {
+void Server::on_device_info(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  if (!payload.empty()) {
+    // A probe: open the worker's buffer as a PUSH_IPC would, so a worker only picks CUDA IPC
+    // where it works (another container, no peer access: it stages instead).
+    std::vector<device::IpcRecord> probe;
+    if (Status st = decode_ipc(payload, 1, probe); !st.ok()) throw Error(st.code(), st.message());
+    if (!gpu_)
+      return peer.send_error(h.request_id, ErrorCode::kUnsupported,
+                             "this server keeps its slices on the cpu", false);
+    try {
+      gpu_->ipc.open(probe[0], 1);
+    } catch (const Error& e) {
+      return peer.send_error(h.request_id, e.code(), e.what(), false);
+    }
+  }
   const std::vector<std::string> lines = {device::to_string(config_.device), local_boot_id()};
   Header r;
   r.type = MsgType::kDeviceInfoReply;

@@ -243,7 +243,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
       const auto& s = l->slices[i];
       if (!grad_cuda && !out_cuda) break;  // host memory only: nothing to plan
       Plan& p = plans[i];
-      const DevicePath path = device_path(s.server);
+      const DevicePath path = device_path(s.server, grad_cuda ? grad_device : out_device);
       const ConstBuffer src = src_of(s);
       const MutableBuffer dest = dest_of(s);
       if (path == DevicePath::kIpc && grad_cuda == sends_grad && out_cuda == replies_weights) {

@@ -26,7 +26,7 @@ int Worker::Impl::cuda_device_of(const ConstBuffer& b) {
                           b.data));
 }
 
-Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server) {
+Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server, int device) {
   // Its own lock: the first call per server waits for a DEVICE_INFO reply, which must not hold
   // up staging() and exporter().
   std::lock_guard lock(paths_mu_);
@@ -61,10 +61,24 @@ Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server) {
                         "sends",
                         info[0], transport_->name());
     } else {
-      path = DevicePath::kIpc;
-      why = fmt::format("path b: the server keeps its slices on {} of this host; CUDA IPC, it "
-                        "reads gradients and writes weights in place",
-                        info[0]);
+      // Same host, CUDA server: prove that the server can open this process's memory before
+      // relying on it (containers without a shared IPC namespace, GPUs without peer access).
+      Header probe;
+      probe.type = MsgType::kDeviceInfo;
+      std::vector<device::IpcRecord> record = {exporter(device).probe()};
+      try {
+        requests_.call(peer, probe, ps::encode_ipc(record), "DEVICE_INFO (CUDA IPC probe)",
+                       options_.op_timeout);
+        path = DevicePath::kIpc;
+        why = fmt::format("path b: the server keeps its slices on {} of this host; CUDA IPC, it "
+                          "reads gradients and writes weights in place",
+                          info[0]);
+      } catch (const Error& e) {
+        why = fmt::format("path c: the server ({}) is on this host but cannot open this "
+                          "process's GPU memory ({}); pinned host buffers, copies pipelined with "
+                          "the sends",
+                          info[0], e.what());
+      }
     }
   }
   PSRT_LOG_INFO("{}: CUDA memory takes {}", peer.name(), why);

@@ -73,7 +73,8 @@ class Worker::Impl final : public ps::Handler {
   // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (DESIGN
   // decision 3), decided at the first use and logged once.
   enum class DevicePath : std::uint8_t { kUnknown, kDirect, kIpc, kStaged };
-  DevicePath device_path(std::uint32_t server);
+  // `device`: the CUDA device of the buffer at hand (for the IPC probe).
+  DevicePath device_path(std::uint32_t server, int device);
   // The CUDA device of a buffer marked kCuda; throws naming the cause when it is not one.
   int cuda_device_of(const ConstBuffer& b);
   ps::DeviceStaging& staging(int device);

@@ -150,6 +150,7 @@ Outcome run_one(std::span<const std::byte> input) {
       return Outcome::kHeaderOnly;
     case MsgType::kError:
     case MsgType::kShutdown:
+    case MsgType::kDeviceInfo:
       require(payload.size() <= kMaxControlBytes, "a text payload above the control limit");
       return Outcome::kHeaderOnly;
     case MsgType::kRegister:

@@ -141,6 +141,8 @@ std::map<std::string, Seed> seeds() {
   s["seed-push-pull-ipc"] = {message(data(MsgType::kPushPullIpc, WireType::kF32, 0, 2, 2),
                                      encode_ipc(two_records)),
                              Outcome::kStructuredAccepted};
+  s["seed-device-info-probe"] = {message(header(MsgType::kDeviceInfo, 10), encode_ipc(one_record)),
+                                 Outcome::kHeaderOnly};
   const std::vector<std::string> info = {"cuda:0", "5f2d0c4e-7a1b-4c3d-9e8f-0a1b2c3d4e5f"};
   s["seed-device-info-reply"] = {message(header(MsgType::kDeviceInfoReply, 9), encode_lines(info)),
                                  Outcome::kStructuredAccepted};

@@ -687,6 +687,12 @@ TEST(ProtocolIpc, HeadersNeedTheRightNumberOfRecordsAndASlice) {
                                 kIpcRecordBytes),
                   "without a data dtype");
   expect_rejected(decode_header(control_header(MsgType::kPullIpcReply), 8), "carries no payload");
+  // DEVICE_INFO: empty, or a probe record (control bytes).
+  EXPECT_TRUE(decode_header(control_header(MsgType::kDeviceInfo), 0).ok());
+  EXPECT_TRUE(decode_header(control_header(MsgType::kDeviceInfo), kIpcRecordBytes).ok());
+  expect_rejected(decode_header(data_header(MsgType::kDeviceInfo, WireType::kF32, 0, 4, 8),
+                                kIpcRecordBytes),
+                  "with a data dtype");
 }
 
 }  // namespace
