@@ -47,8 +47,6 @@ std::string to_string(const DeviceSpec& d) {
   return d.is_cuda() ? fmt::format("cuda:{}", d.index) : std::string("cpu");
 }
 
-bool built_with_cuda() noexcept { return PSRT_HAVE_CUDA != 0; }
-
 int cuda_device_count(std::string* why) {
 #if PSRT_HAVE_CUDA
   int count = 0;

@@ -27,9 +27,6 @@ struct DeviceSpec {
 DeviceSpec parse_device(std::string_view text);
 std::string to_string(const DeviceSpec& d);
 
-// Whether this psrt was built with CUDA (psrt/config.h PSRT_HAVE_CUDA).
-bool built_with_cuda() noexcept;
-
 // The number of CUDA devices this process can use; 0 when there are none, and then `why` (if
 // given) says why: no CUDA in this build, no driver, no device. Thread-safe.
 int cuda_device_count(std::string* why = nullptr);

@@ -84,9 +84,9 @@ IpcRecord IpcExporter::describe(const void* p, std::size_t bytes) {
   size_t size = 0;
   if (CUresult r = address_range_fn()(&base, &size, reinterpret_cast<CUdeviceptr>(p));
       r != CUDA_SUCCESS)
-    throw Error(ErrorCode::kSystem,
-                fmt::format("cuMemGetAddressRange of {} failed with CUresult {}", p,
-                            static_cast<int>(r)));
+    throw Error(
+        ErrorCode::kSystem,
+        fmt::format("cuMemGetAddressRange of {} failed with CUresult {}", p, static_cast<int>(r)));
   const auto offset = reinterpret_cast<std::uintptr_t>(p) - static_cast<std::uintptr_t>(base);
   if (offset + bytes > size)
     throw Error(ErrorCode::kInvalidArgument,
@@ -132,7 +132,8 @@ IpcImporter::~IpcImporter() {
   allocations_.clear();  // each mapping closes when its last holder lets go
   try {
     DeviceGuard guard(device_);
-    for (auto& [key, e] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    for (auto& [key, e] : events_)
+      cudaEventDestroy(static_cast<cudaEvent_t>(e));
   } catch (const Error& e) {
     PSRT_LOG_WARN("closing CUDA IPC events: {}", e.what());
   }
@@ -193,11 +194,6 @@ IpcImporter::Opened IpcImporter::open(const IpcRecord& r, std::size_t bytes) {
   return out;
 }
 
-std::size_t IpcImporter::open_allocations() {
-  std::lock_guard lock(mu_);
-  return allocations_.size();
-}
-
 #else
 
 namespace {
@@ -207,17 +203,24 @@ namespace {
 }
 }  // namespace
 
-IpcExporter::IpcExporter(int device) : device_(device) { no_cuda(); }
+IpcExporter::IpcExporter(int device) : device_(device) {
+  no_cuda();
+}
 IpcExporter::~IpcExporter() = default;
-IpcRecord IpcExporter::describe(const void*, std::size_t) { no_cuda(); }
-IpcRecord IpcExporter::probe() { no_cuda(); }
+IpcRecord IpcExporter::describe(const void*, std::size_t) {
+  no_cuda();
+}
+IpcRecord IpcExporter::probe() {
+  no_cuda();
+}
 IpcImporter::IpcImporter(int device, std::size_t max_open) : device_(device), max_open_(max_open) {
   no_cuda();
 }
 struct IpcImporter::Mapping {};
 IpcImporter::~IpcImporter() = default;
-IpcImporter::Opened IpcImporter::open(const IpcRecord&, std::size_t) { no_cuda(); }
-std::size_t IpcImporter::open_allocations() { return 0; }
+IpcImporter::Opened IpcImporter::open(const IpcRecord&, std::size_t) {
+  no_cuda();
+}
 
 #endif
 

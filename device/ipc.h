@@ -46,8 +46,9 @@ class IpcExporter {
   // Describes `bytes` at `p` (device memory of this exporter's device) and records an event on
   // the legacy default stream, so the importer's reads come after the work queued there so far
   // (LibTorch's default stream). Events come from a ring of kEvents, so a record's event stays
-  // as it was for the next kEvents - 1 calls (the importer waits at most that much longer). Throws psrt::Error: kInvalidArgument when `p` is not device
-  // memory of this device or the range leaves its allocation; kSystem for a failing call.
+  // as it was for the next kEvents - 1 calls (the importer waits at most that much longer). Throws
+  // psrt::Error: kInvalidArgument when `p` is not device memory of this device or the range leaves
+  // its allocation; kSystem for a failing call.
   IpcRecord describe(const void* p, std::size_t bytes);
   // A record of a small buffer this exporter owns for its lifetime: an importer that can open it
   // can open this process's buffers (same host, same IPC namespace, peer access).
@@ -86,7 +87,6 @@ class IpcImporter {
   // kUnsupported/kSystem naming cudaIpcOpenMemHandle's failure (e.g. the exporter is on another
   // host or in another container).
   Opened open(const IpcRecord& r, std::size_t bytes);
-  std::size_t open_allocations();
 
  private:
   using Key = std::array<std::byte, kIpcHandleBytes>;

@@ -99,7 +99,8 @@ Stream::Stream(int device) : device_(device) {
 }
 
 Stream::~Stream() {
-  if (stream_) log_failure(cudaStreamDestroy(static_cast<cudaStream_t>(stream_)), "cudaStreamDestroy");
+  if (stream_)
+    log_failure(cudaStreamDestroy(static_cast<cudaStream_t>(stream_)), "cudaStreamDestroy");
 }
 
 void Stream::synchronize() const {
@@ -121,13 +122,6 @@ Event::~Event() {
   if (event_) log_failure(cudaEventDestroy(static_cast<cudaEvent_t>(event_)), "cudaEventDestroy");
 }
 
-bool Event::ready() const {
-  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-  if (err == cudaErrorNotReady) return false;
-  PSRT_CUDA_CHECK(err);
-  return true;
-}
-
 void Event::synchronize() const {
   PSRT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
 }
@@ -142,10 +136,10 @@ void order_after_legacy_default(const Stream& stream) {
   cudaEvent_t ev = nullptr;
   PSRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   const cudaError_t recorded = cudaEventRecord(ev, nullptr);
-  const cudaError_t waited = recorded == cudaSuccess
-                                 ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()),
-                                                       ev, 0)
-                                 : recorded;
+  const cudaError_t waited =
+      recorded == cudaSuccess
+          ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()), ev, 0)
+          : recorded;
   cudaEventDestroy(ev);  // the wait keeps what it needs
   PSRT_CUDA_CHECK(waited);
 }
@@ -178,25 +172,42 @@ namespace {
 }
 }  // namespace
 
-DeviceGuard::DeviceGuard(int) { no_cuda("selecting a CUDA device"); }
+DeviceGuard::DeviceGuard(int) {
+  no_cuda("selecting a CUDA device");
+}
 void DeviceGuard::set_for_thread(int) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
-DeviceMemory DeviceMemory::allocate(int, std::size_t) { no_cuda("allocating device memory"); }
+DeviceMemory DeviceMemory::allocate(int, std::size_t) {
+  no_cuda("allocating device memory");
+}
 DeviceMemory::~DeviceMemory() = default;
-PinnedMemory PinnedMemory::allocate(std::size_t, int) { no_cuda("allocating pinned memory"); }
+PinnedMemory PinnedMemory::allocate(std::size_t, int) {
+  no_cuda("allocating pinned memory");
+}
 PinnedMemory::~PinnedMemory() = default;
-Stream::Stream(int) { no_cuda("creating a CUDA stream"); }
+Stream::Stream(int) {
+  no_cuda("creating a CUDA stream");
+}
 Stream::~Stream() = default;
 void Stream::synchronize() const {}
-Event Event::record(const Stream&) { no_cuda("recording a CUDA event"); }
+Event Event::record(const Stream&) {
+  no_cuda("recording a CUDA event");
+}
 Event::~Event() = default;
-bool Event::ready() const { return true; }
 void Event::synchronize() const {}
 void Event::wait_on(const Stream&) const {}
-void order_after_legacy_default(const Stream&) { no_cuda("ordering CUDA streams"); }
-void synchronize_legacy_default(int) { no_cuda("synchronising a CUDA device"); }
-void wait_event(void*, const Stream&) { no_cuda("waiting for a CUDA event"); }
-void copy_async(void*, const void*, std::size_t, const Stream&) { no_cuda("copying device memory"); }
+void order_after_legacy_default(const Stream&) {
+  no_cuda("ordering CUDA streams");
+}
+void synchronize_legacy_default(int) {
+  no_cuda("synchronising a CUDA device");
+}
+void wait_event(void*, const Stream&) {
+  no_cuda("waiting for a CUDA event");
+}
+void copy_async(void*, const void*, std::size_t, const Stream&) {
+  no_cuda("copying device memory");
+}
 
 #endif
 

@@ -119,8 +119,7 @@ class Event {
   ~Event();
 
   explicit operator bool() const noexcept { return event_ != nullptr; }
-  bool ready() const;           // the work before it has finished (throws its failure)
-  void synchronize() const;     // blocks until then
+  void synchronize() const;             // blocks until then
   void wait_on(const Stream& s) const;  // later work on `s` waits for it, without blocking
 
  private:

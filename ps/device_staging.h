@@ -35,8 +35,6 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
 
-  int device() const noexcept { return stream_.device(); }
-
   // A pinned buffer of at least `bytes`, from the pool or freshly allocated. Thread-safe.
   std::shared_ptr<device::PinnedMemory> take(std::size_t bytes);
   // Returns a buffer to the pool (kept up to a bound, freed beyond it). Thread-safe.
@@ -45,9 +43,9 @@ class DeviceStaging {
   // Queues a copy of `bytes` from `src` to `dst` (either side device or pinned host) on the
   // staging stream, after the work queued so far on the device's legacy default stream (so a
   // gradient LibTorch is still computing there is copied once written, and a pull does not
-  // overwrite a parameter that queued work still reads), and runs `then` on the staging thread once it finished, with the copy's
-  // status. Copies and callbacks run in the order they were queued. Throws psrt::Error when the
-  // copy cannot be queued (then `then` never runs). Thread-safe.
+  // overwrite a parameter that queued work still reads), and runs `then` on the staging thread once
+  // it finished, with the copy's status. Copies and callbacks run in the order they were queued.
+  // Throws psrt::Error when the copy cannot be queued (then `then` never runs). Thread-safe.
   void copy_then(void* dst, const void* src, std::size_t bytes,
                  std::function<void(const Status&)> then);
 

@@ -401,14 +401,16 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
       r.round = s.version;
     }
     ConstBuffer b = pull_source(s);
-    w.peer->send(r, {&b, 1}, [this, &s](const Status&) {
-      {
-        std::lock_guard lock(s.mu);
-        --s.readers;
-      }
-      after_change(s);
-    });
+    w.peer->send(r, {&b, 1}, [this, &s](const Status&) { release_reader(s); });
   }
+}
+
+void Server::release_reader(Slice& s) {
+  {
+    std::lock_guard lock(s.mu);
+    --s.readers;
+  }
+  after_change(s);
 }
 
 void Server::after_change(Slice& s) {

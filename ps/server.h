@@ -164,6 +164,7 @@ class Server final : public Handler {
   void reply_ipc_pull(Slice& s, PullWaiter w);
   ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);  // locks s: serves pulls and starts what may start
+  void release_reader(Slice& s);  // a pull reply no longer reads the weights
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 

@@ -1,5 +1,7 @@
 // The cuda server's side of Server: where payloads land, how they reach the device, the update
 // on the compute stream, and what pulls are sent from. See the path notes in set_transport().
+#include "ps/server_device.h"
+
 #include <fmt/core.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/server.h"
-#include "ps/server_device.h"
 
 namespace psrt::ps {
 
@@ -17,15 +18,17 @@ std::string Server::set_transport(const transport::Transport& t) {
   gpu_->transport_cuda = t.supports(MemoryType::kCuda);
   std::string line =
       gpu_->transport_cuda
-          ? fmt::format("slices on cuda:{} ({}); the {} transport carries CUDA memory: "
-                        "gradients land in device receive slots and pulls are sent from the "
-                        "device weights (path a, zero-copy)",
-                        gpu_->index, gpu_->name, t.name())
-          : fmt::format("slices on cuda:{} ({}); the {} transport has no CUDA memory support: "
-                        "gradients land in pinned host slots and are copied to device receive "
-                        "slots on a copy stream as they arrive, pulls are sent from a pinned host "
-                        "mirror refreshed after each update (path c, staged)",
-                        gpu_->index, gpu_->name, t.name());
+          ? fmt::format(
+                "slices on cuda:{} ({}); the {} transport carries CUDA memory: "
+                "gradients land in device receive slots and pulls are sent from the "
+                "device weights (path a, zero-copy)",
+                gpu_->index, gpu_->name, t.name())
+          : fmt::format(
+                "slices on cuda:{} ({}); the {} transport has no CUDA memory support: "
+                "gradients land in pinned host slots and are copied to device receive "
+                "slots on a copy stream as they arrive, pulls are sent from a pinned host "
+                "mirror refreshed after each update (path c, staged)",
+                gpu_->index, gpu_->name, t.name());
   PSRT_LOG_INFO("{}", line);
   return line;
 }
@@ -81,9 +84,9 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
     if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);  // the worker's writes
     grads.push_back(g.remote ? g.remote : g.dev.data());
   }
-  const kernels::SliceUpdate k = slice_update(
-      s, u, grads, static_cast<float*>(s.d_weights.data()),
-      s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
+  const kernels::SliceUpdate k =
+      slice_update(s, u, grads, static_cast<float*>(s.d_weights.data()),
+                   s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
   kernels::StepResult result;
   try {
     result = kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
@@ -96,8 +99,7 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
   if (result.skipped && first_step) s.d_momentum = device::DeviceMemory();
   if (!gpu.transport_cuda)
     device::copy_async(s.mirror.data(), s.d_weights.data(), bytes, gpu.compute);
-  if (checkpoint_due)
-    device::copy_async(s.weights.data(), s.d_weights.data(), bytes, gpu.compute);
+  if (checkpoint_due) device::copy_async(s.weights.data(), s.d_weights.data(), bytes, gpu.compute);
   if (checkpoint_due && s.d_momentum) {
     s.momentum.resize(s.count);
     device::copy_async(s.momentum.data(), s.d_momentum.data(), bytes, gpu.compute);
@@ -180,8 +182,8 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
     if (h.type != MsgType::kPushIpc) {
       auto w = s.workers.find(rank);
       const std::uint64_t target = w == s.workers.end() ? 0 : w->second.received;
-      s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, target, out.data,
-                           out.event, std::move(out.hold)});
+      s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, target, out.data, out.event,
+                           std::move(out.hold)});
     }
   }
   after_change(s);
@@ -199,16 +201,9 @@ void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
     } catch (const Error& e) {
       copied = Status(e);
     }
-    auto release = [this, &s](const Status&) {
-      {
-        std::lock_guard lock(s.mu);
-        --s.readers;
-      }
-      after_change(s);
-    };
     if (!copied.ok()) {
       w.peer->send_error(w.request_id, copied.code(), copied.message(), false);
-      return release(copied);
+      return release_reader(s);
     }
     Header r;
     r.type = MsgType::kPullIpcReply;
@@ -219,7 +214,7 @@ void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
       std::lock_guard lock(s.mu);
       r.round = s.version;
     }
-    w.peer->send(r, {}, release);
+    w.peer->send(r, {}, [this, &s](const Status&) { release_reader(s); });
   });
 }
 

@@ -45,10 +45,10 @@ struct Server::Gpu {
 
   const int index;
   const std::string name;
-  device::Stream compute;  // updates, then the weights' copy into the host mirror
-  device::Stream copies;   // staged gradients: pinned landing buffer -> device receive slot
-  device::Stream replies;  // CUDA IPC pulls: the weights -> the worker's output
-  device::IpcImporter ipc;  // workers' buffers shared with CUDA IPC
+  device::Stream compute;       // updates, then the weights' copy into the host mirror
+  device::Stream copies;        // staged gradients: pinned landing buffer -> device receive slot
+  device::Stream replies;       // CUDA IPC pulls: the weights -> the worker's output
+  device::IpcImporter ipc;      // workers' buffers shared with CUDA IPC
   bool transport_cuda = false;  // the transport sends from and receives into device memory
 
   std::mutex mu;

@@ -452,29 +452,22 @@ void Worker::set_learning_rate(float lr) { impl_->set_learning_rate(lr); }
 void Worker::init(Key key, std::span<const float> value) { impl_->init(key, value); }
 
 Handle Worker::push(Key key, std::span<const float> grad) {
-  return impl_->data_op(MsgType::kPush, key, {grad.data(), grad.size_bytes()},
-                        ps::WireType::kF32, {});
+  return push(key, ConstBuffer{grad.data(), grad.size_bytes()}, GradType::kF32);
 }
 
 Handle Worker::push(Key key, const std::uint16_t* grad, std::size_t count, GradType type) {
   if (type == GradType::kF32)
     throw Error(ErrorCode::kInvalidArgument, "push of 16-bit data as GradType::kF32");
-  return impl_->data_op(MsgType::kPush, key, {grad, count * 2},
-                        type == GradType::kF16 ? ps::WireType::kF16 : ps::WireType::kBF16, {});
+  return push(key, ConstBuffer{grad, count * 2}, type);
 }
 
 Handle Worker::pull(Key key, std::span<float> out) {
-  return impl_->data_op(MsgType::kPull, key, {}, ps::WireType::kF32,
-                        {out.data(), out.size_bytes()});
+  return pull(key, MutableBuffer{out.data(), out.size_bytes()});
 }
 
 Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
-  if (!grad.empty() && !out.empty() && grad.data() < out.data() + out.size() &&
-      out.data() < grad.data() + grad.size())
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("push_pull of key {}: grad and out overlap", key));
-  return impl_->data_op(MsgType::kPushPull, key, {grad.data(), grad.size_bytes()},
-                        ps::WireType::kF32, {out.data(), out.size_bytes()});
+  return push_pull(key, ConstBuffer{grad.data(), grad.size_bytes()}, GradType::kF32,
+                   MutableBuffer{out.data(), out.size_bytes()});
 }
 
 void Worker::barrier() { impl_->barrier(); }

@@ -17,9 +17,9 @@ int Worker::Impl::cuda_device_of(const ConstBuffer& b) {
   if (where.is_cuda()) return where.index;
   std::string why;
   if (device::cuda_device_count(&why) == 0)
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("a buffer marked as CUDA memory, but this process cannot use CUDA: {}",
-                            why));
+    throw Error(
+        ErrorCode::kUnsupported,
+        fmt::format("a buffer marked as CUDA memory, but this process cannot use CUDA: {}", why));
   throw Error(ErrorCode::kInvalidArgument,
               fmt::format("the buffer at {} is marked as CUDA memory but the CUDA runtime does not "
                           "know it as device memory: pass MemoryType::kHost for host memory",
@@ -37,9 +37,10 @@ Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server, int dev
   std::string why;
   if (transport_->supports(MemoryType::kCuda)) {
     path = DevicePath::kDirect;
-    why = fmt::format("path a: the {} transport carries CUDA memory; buffers are handed to it "
-                      "as they are",
-                      transport_->name());
+    why = fmt::format(
+        "path a: the {} transport carries CUDA memory; buffers are handed to it "
+        "as they are",
+        transport_->name());
   } else if (!options_.cuda_ipc) {
     why = "path c: PSRT_CUDA_IPC=0; pinned host buffers, copies pipelined with the sends";
   } else {
@@ -51,15 +52,17 @@ Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server, int dev
       throw Error(ErrorCode::kProtocol, peer.name() + " sent an unusable DEVICE_INFO reply");
     const std::string here = local_boot_id();
     if (!info[0].starts_with("cuda")) {
-      why = fmt::format("path c: the server keeps its slices on the {} and the {} transport "
-                        "has no CUDA memory support; pinned host buffers, copies pipelined with "
-                        "the sends",
-                        info[0], transport_->name());
+      why = fmt::format(
+          "path c: the server keeps its slices on the {} and the {} transport "
+          "has no CUDA memory support; pinned host buffers, copies pipelined with "
+          "the sends",
+          info[0], transport_->name());
     } else if (here.empty() || info[1] != here) {
-      why = fmt::format("path c: the server ({}) runs on another host and the {} transport has "
-                        "no CUDA memory support; pinned host buffers, copies pipelined with the "
-                        "sends",
-                        info[0], transport_->name());
+      why = fmt::format(
+          "path c: the server ({}) runs on another host and the {} transport has "
+          "no CUDA memory support; pinned host buffers, copies pipelined with the "
+          "sends",
+          info[0], transport_->name());
     } else {
       // Same host, CUDA server: prove that the server can open this process's memory before
       // relying on it (containers without a shared IPC namespace, GPUs without peer access).
@@ -70,14 +73,16 @@ Worker::Impl::DevicePath Worker::Impl::device_path(std::uint32_t server, int dev
         requests_.call(peer, probe, ps::encode_ipc(record), "DEVICE_INFO (CUDA IPC probe)",
                        options_.op_timeout);
         path = DevicePath::kIpc;
-        why = fmt::format("path b: the server keeps its slices on {} of this host; CUDA IPC, it "
-                          "reads gradients and writes weights in place",
-                          info[0]);
+        why = fmt::format(
+            "path b: the server keeps its slices on {} of this host; CUDA IPC, it "
+            "reads gradients and writes weights in place",
+            info[0]);
       } catch (const Error& e) {
-        why = fmt::format("path c: the server ({}) is on this host but cannot open this "
-                          "process's GPU memory ({}); pinned host buffers, copies pipelined with "
-                          "the sends",
-                          info[0], e.what());
+        why = fmt::format(
+            "path c: the server ({}) is on this host but cannot open this "
+            "process's GPU memory ({}); pinned host buffers, copies pipelined with "
+            "the sends",
+            info[0], e.what());
       }
     }
   }
@@ -107,12 +112,11 @@ void Worker::Impl::send_ipc(ps::Peer& server, Header h, std::vector<device::IpcR
            : h.type == MsgType::kPushPull ? MsgType::kPushPullIpc
                                           : MsgType::kPullIpc;
   // The server reads the gradient in place until its update ran: "sent" only with the reply.
-  const auto id = requests_.add(server, what,
-                                [st](const Status& status, const Header&,
-                                     std::span<const std::byte>) {
-                                  st->sent_part();
-                                  st->complete_part(status);
-                                });
+  const auto id = requests_.add(
+      server, what, [st](const Status& status, const Header&, std::span<const std::byte>) {
+        st->sent_part();
+        st->complete_part(status);
+      });
   h.request_id = id;
   // Peer::send, not send_bytes: send_bytes marks the payload as control bytes (dtype kBytes),
   // and an IPC message keeps its gradient's dtype. The records live until the send completes.
@@ -142,8 +146,7 @@ ps::WireType wire_type(GradType t) {
     case GradType::kBF16:
       return ps::WireType::kBF16;
   }
-  throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("unknown GradType {}", static_cast<int>(t)));
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown GradType {}", static_cast<int>(t)));
 }
 }  // namespace
 

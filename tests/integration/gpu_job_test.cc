@@ -12,6 +12,7 @@
 #include <string>
 
 #include "device/cuda_device.h"
+#include "tests/gpu_skip.h"
 #include "transport/factory.h"
 
 namespace {
@@ -44,17 +45,6 @@ Run psrun(const std::string& args, const std::string& worker, const std::string&
   return r;
 }
 
-std::string no_gpu_reason() {
-  std::string why;
-  return psrt::device::cuda_device_count(&why) > 0 ? std::string() : why;
-}
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    if (auto why = no_gpu_reason(); !why.empty())                  \
-      GTEST_SKIP() << "no usable CUDA device (" << why << ")";     \
-  } while (0)
-
 class GpuJob : public ::testing::TestWithParam<std::string> {};
 
 // Whether a backend of this build carries CUDA memory itself (path a): asked of a live one.
@@ -75,7 +65,7 @@ bool transport_carries_cuda(const std::string& name) {
 }
 
 TEST_P(GpuJob, CudaServerWithDeviceTensorsOverCudaIpcIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   if (transport_carries_cuda(GetParam())) GTEST_SKIP() << "this UCX carries CUDA memory: path a";
   auto r = psrun("--transport " + GetParam() +
                      " -n 4 -s 2 --lr 1 --partition-bytes 262144 --server-device cuda",
@@ -87,7 +77,7 @@ TEST_P(GpuJob, CudaServerWithDeviceTensorsOverCudaIpcIsExact) {
 }
 
 TEST_P(GpuJob, CudaServerWithDeviceTensorsStagedIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   if (transport_carries_cuda(GetParam())) GTEST_SKIP() << "this UCX carries CUDA memory: path a";
   auto r = psrun("--transport " + GetParam() +
                      " -n 4 -s 2 --lr 1 --partition-bytes 262144 --server-device cuda",
@@ -100,7 +90,7 @@ TEST_P(GpuJob, CudaServerWithDeviceTensorsStagedIsExact) {
 }
 
 TEST_P(GpuJob, CudaServerWithBf16DeviceGradientsIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1 --server-device cuda:0",
                  GPU_WORKER_PATH " device-exact --rounds 2 --grad bf16");
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -108,7 +98,7 @@ TEST_P(GpuJob, CudaServerWithBf16DeviceGradientsIsExact) {
 }
 
 TEST_P(GpuJob, CudaServerWithHostTensorsIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto r = psrun("--transport " + GetParam() +
                      " -n 4 -s 2 --lr 1 --partition-bytes 1048576 --server-device cuda",
                  PS_WORKER_PATH " exact --rounds 3 --sizes 1,7,1000,4099,1048579");
@@ -117,7 +107,7 @@ TEST_P(GpuJob, CudaServerWithHostTensorsIsExact) {
 }
 
 TEST_P(GpuJob, CpuServerWithDeviceTensorsIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1",
                  GPU_WORKER_PATH " device-exact --rounds 2");
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -127,7 +117,7 @@ TEST_P(GpuJob, CpuServerWithDeviceTensorsIsExact) {
 }
 
 TEST_P(GpuJob, CudaServerAsyncModeIsExact) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto r = psrun("--transport " + GetParam() + " -n 3 --mode async --lr 1 --server-device cuda",
                  PS_WORKER_PATH " async --rounds 4");
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -135,7 +125,7 @@ TEST_P(GpuJob, CudaServerAsyncModeIsExact) {
 }
 
 TEST_P(GpuJob, CudaServerResumesFromItsCheckpoint) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   const auto dir = fs::temp_directory_path() / ("psrt_gpu_ckpt_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string args = "--transport " + GetParam() +
@@ -152,7 +142,7 @@ TEST_P(GpuJob, CudaServerResumesFromItsCheckpoint) {
 }
 
 TEST_P(GpuJob, CudaServerSkipsANonFiniteRoundExactly) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   // ps_worker guard checks every value; the CUDA server must give exactly what the CPU one does.
   auto r = psrun("--transport " + GetParam() +
                      " -n 2 --lr 1 --momentum 0.5 --dampening 0.5 --skip-nonfinite "
@@ -164,7 +154,7 @@ TEST_P(GpuJob, CudaServerSkipsANonFiniteRoundExactly) {
 }
 
 TEST_P(GpuJob, CudaServerClipsExactly) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1 --max-grad-norm 1 --server-device cuda",
                  PS_WORKER_PATH " clip");
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -176,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, GpuJob,
                          [](const auto& info) { return info.param; });
 
 TEST(NoGpu, CudaServerStopsTheJobNamingTheCause) {
-  if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
+  if (::psrt::testing::no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
   auto r = psrun("--transport tcp -n 1 --server-device cuda:0", PS_WORKER_PATH " exact");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("--server-device cuda:0: CUDA device 0 is not usable"), 1) << r.out;
@@ -191,7 +181,7 @@ TEST(NoGpu, UnknownServerDeviceIsRefusedBeforeAnythingStarts) {
 }
 
 TEST(NoGpu, DeviceBufferIsRefusedAndTheWorkerCarriesOn) {
-  if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
+  if (::psrt::testing::no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
   auto r = psrun("--transport tcp -n 1 --lr 1", GPU_WORKER_PATH " no-device");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("REFUSED a buffer marked as CUDA memory, but this process cannot use CUDA"),

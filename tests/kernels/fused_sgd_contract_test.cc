@@ -27,14 +27,6 @@
 namespace psrt::kernels::testing {
 namespace {
 
-std::vector<CpuIsa> available_isas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : kAllCpuIsas) {
-    if (cpu_has_isa(isa)) out.push_back(isa);
-  }
-  return out;
-}
-
 // Integer gradients, lr = 1, sum mode: every intermediate is a small integer, so fp32 is exact.
 // With momentum 1 and no dampening the buffer after step s is s*G (G = the summed gradient), so
 // after S steps w = w0 - G*S(S+1)/2, or with Nesterov w0 - G*(S(S+1)/2 + S).

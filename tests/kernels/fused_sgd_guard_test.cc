@@ -22,14 +22,6 @@
 namespace psrt::kernels::testing {
 namespace {
 
-std::vector<CpuIsa> available_isas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : kAllCpuIsas) {
-    if (cpu_has_isa(isa)) out.push_back(isa);
-  }
-  return out;
-}
-
 std::string isa_dtype(CpuIsa isa, DType dtype) {
   return std::string(to_string(isa)) + " " + std::string(to_string(dtype));
 }

@@ -26,6 +26,15 @@ inline void PrintTo(CpuIsa isa, std::ostream* os) {
 
 namespace psrt::kernels::testing {
 
+// The ISAs this CPU (and build) can run.
+inline std::vector<CpuIsa> available_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (cpu_has_isa(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
 enum class GradRange {
   kModerate,  // |g| in about [1/64, 2): what the reference comparison uses
   kWide,      // every finite class incl. subnormals and large values: for bit-identity checks

@@ -62,6 +62,27 @@ std::vector<json> steps_of(const fs::path& metrics) {
   return steps;
 }
 
+// The 60-step metrics of two sync workers (m0.jsonl, m1.jsonl in `dir`): every step numbered,
+// both workers' weights bit-identical after each one and changing, and the mean loss of the last
+// 10 steps below 0.7 x that of the first 10.
+void expect_identical_steps_and_falling_loss(const fs::path& dir) {
+  auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
+  ASSERT_EQ(w0.size(), 60u);
+  ASSERT_EQ(w1.size(), 60u);
+  for (std::size_t i = 0; i < w0.size(); ++i) {
+    EXPECT_EQ(w0[i]["step"], static_cast<int>(i + 1));
+    EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << "step " << i + 1;
+  }
+  EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += w0[i]["loss"].get<double>() + w1[i]["loss"].get<double>();
+    last += w0[50 + i]["loss"].get<double>() + w1[50 + i]["loss"].get<double>();
+  }
+  EXPECT_LT(last, 0.7 * first) << "mean loss of the first 10 steps " << first / 20
+                               << ", of the last 10 " << last / 20;
+}
+
 json summary_of(const Run& r) {
   for (auto p = r.out.find("{\"dataset\""); p != std::string::npos;
        p = r.out.find("{\"dataset\"", p + 1))
@@ -88,21 +109,7 @@ TEST(TrainJob, TwoSyncWorkersHoldBitIdenticalWeightsAfterEveryStepAndLossFalls) 
               "--lr 0.05 --lr-schedule none --max-steps 60 --digest --metrics " +
               (dir / "m{rank}.jsonl").string());
   ASSERT_EQ(r.rc, 0) << r.out;
-  auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
-  ASSERT_EQ(w0.size(), 60u);
-  ASSERT_EQ(w1.size(), 60u);
-  for (std::size_t i = 0; i < w0.size(); ++i) {
-    EXPECT_EQ(w0[i]["step"], static_cast<int>(i + 1));
-    EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << "step " << i + 1;
-  }
-  EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]);
-  double first = 0, last = 0;
-  for (int i = 0; i < 10; ++i) {
-    first += w0[i]["loss"].get<double>() + w1[i]["loss"].get<double>();
-    last += w0[50 + i]["loss"].get<double>() + w1[50 + i]["loss"].get<double>();
-  }
-  EXPECT_LT(last, 0.7 * first) << "mean loss of the first 10 steps " << first / 20
-                               << ", of the last 10 " << last / 20;
+  expect_identical_steps_and_falling_loss(dir);
   auto s = summary_of(r);
   ASSERT_FALSE(s.is_null()) << r.out;
   EXPECT_EQ(s["workers"], 2);
@@ -368,19 +375,7 @@ TEST(GpuTrainJob, TwoSyncCudaWorkersWithACudaServerHoldBitIdenticalWeightsAndLos
               (dir / "m{rank}.jsonl").string());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(r.has("CUDA memory takes path b")) << r.out;
-  auto w0 = steps_of(dir / "m0.jsonl"), w1 = steps_of(dir / "m1.jsonl");
-  ASSERT_EQ(w0.size(), 60u);
-  ASSERT_EQ(w1.size(), 60u);
-  for (std::size_t i = 0; i < w0.size(); ++i)
-    EXPECT_EQ(w0[i]["weights_digest"], w1[i]["weights_digest"]) << "step " << i + 1;
-  EXPECT_NE(w0.front()["weights_digest"], w0.back()["weights_digest"]);
-  double first = 0, last = 0;
-  for (int i = 0; i < 10; ++i) {
-    first += w0[i]["loss"].get<double>() + w1[i]["loss"].get<double>();
-    last += w0[50 + i]["loss"].get<double>() + w1[50 + i]["loss"].get<double>();
-  }
-  EXPECT_LT(last, 0.7 * first) << "mean loss of the first 10 steps " << first / 20
-                               << ", of the last 10 " << last / 20;
+  expect_identical_steps_and_falling_loss(dir);
   auto s = summary_of(r);
   ASSERT_FALSE(s.is_null()) << r.out;
   EXPECT_EQ(s["device"], "cuda:0");

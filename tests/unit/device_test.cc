@@ -10,16 +10,12 @@
 #include <vector>
 
 #include "device/cuda_device.h"
+#include "tests/gpu_skip.h"
 #include "device/memory.h"
 #include "ps/device_staging.h"
 
 namespace psrt {
 namespace {
-
-std::string no_gpu_reason() {
-  std::string why;
-  return device::cuda_device_count(&why) > 0 ? std::string() : why;
-}
 
 TEST(Device, ParsesTheAcceptedNames) {
   EXPECT_EQ(device::parse_device("cpu"), (device::DeviceSpec{MemoryType::kHost, 0}));
@@ -76,7 +72,7 @@ TEST(Device, OutOfRangeDeviceIsRefused) {
 }
 
 TEST(Device, WithoutAGpuNothingIsAllocatedAndTheCauseIsNamed) {
-  const std::string why = no_gpu_reason();
+  const std::string why = ::psrt::testing::no_gpu_reason();
   if (why.empty()) GTEST_SKIP() << "a GPU is usable here";
   auto expect_unsupported = [&](auto&& make, const char* what) {
     try {
@@ -93,14 +89,8 @@ TEST(Device, WithoutAGpuNothingIsAllocatedAndTheCauseIsNamed) {
   expect_unsupported([] { ps::DeviceStaging s(0); }, "DeviceStaging");
 }
 
-#define REQUIRE_GPU()                                          \
-  do {                                                         \
-    if (auto why = no_gpu_reason(); !why.empty())              \
-      GTEST_SKIP() << "no usable CUDA device (" << why << ")"; \
-  } while (0)
-
 TEST(DeviceGpu, DeviceMemoryIsLocatedOnItsDevice) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   auto m = device::DeviceMemory::allocate(0, 1 << 20);
   EXPECT_EQ(device::locate(m.data()), (device::DeviceSpec{MemoryType::kCuda, 0}));
   // An interior pointer, as a caching allocator hands out, is device memory too.
@@ -111,7 +101,7 @@ TEST(DeviceGpu, DeviceMemoryIsLocatedOnItsDevice) {
 }
 
 TEST(DeviceGpu, StagingRoundTripKeepsEveryByteAndRunsCallbacksInOrder) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   ps::DeviceStaging staging(0);
   constexpr std::size_t kSlices = 16, kBytes = (1 << 20) + 3;  // odd size: no alignment luck
   auto dev = device::DeviceMemory::allocate(0, kSlices * kBytes);
@@ -154,7 +144,7 @@ TEST(DeviceGpu, StagingRoundTripKeepsEveryByteAndRunsCallbacksInOrder) {
 }
 
 TEST(DeviceGpu, PoolReusesPinnedBuffers) {
-  REQUIRE_GPU();
+  PSRT_REQUIRE_GPU();
   ps::DeviceStaging staging(0);
   auto a = staging.take(1000);
   void* first = a->data();
