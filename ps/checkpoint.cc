@@ -25,10 +25,6 @@ constexpr std::size_t kFileHeader = kSliceCheckpointHeaderBytes;
 constexpr std::size_t kChecksumAt = 56;
 constexpr std::uint32_t kFlagMomentum = 1;
 
-std::uint64_t fnv1a(std::span<const float> a, std::uint64_t h) {
-  return psrt::fnv1a(a.data(), a.size_bytes(), h);
-}
-
 std::string round_dir(const std::string& dir, std::uint64_t round) {
   return fmt::format("{}/r{:012}", dir, round);
 }
@@ -109,23 +105,36 @@ std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, s
   return fmt::format("{}/k{}-s{}.slice", round_dir(dir, round), key, index);
 }
 
+std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRecord& slice,
+                                               std::uint64_t total, std::uint64_t version,
+                                               std::span<const float> weights,
+                                               std::span<const float> momentum) {
+  std::vector<std::byte> out(kFileHeader + weights.size_bytes() + momentum.size_bytes());
+  std::byte* h = out.data();
+  wire::store<std::uint32_t>(h, kSliceMagic);
+  wire::store<std::uint32_t>(h + 4, kSliceCheckpointFormat);
+  wire::store<std::uint64_t>(h + 8, key);
+  wire::store<std::uint32_t>(h + 16, slice.index);
+  wire::store<std::uint32_t>(h + 20, momentum.empty() ? 0 : kFlagMomentum);
+  wire::store<std::uint64_t>(h + 24, slice.offset);
+  wire::store<std::uint64_t>(h + 32, slice.count);
+  wire::store<std::uint64_t>(h + 40, total);
+  wire::store<std::uint64_t>(h + 48, version);
+  if (!weights.empty()) std::memcpy(h + kFileHeader, weights.data(), weights.size_bytes());
+  if (!momentum.empty())
+    std::memcpy(h + kFileHeader + weights.size_bytes(), momentum.data(), momentum.size_bytes());
+  wire::store<std::uint64_t>(h + kChecksumAt, psrt::fnv1a(h + kFileHeader, out.size() - kFileHeader,
+                                                          header_checksum({h, kFileHeader})));
+  return out;
+}
+
 void write_slice_checkpoint(const std::string& dir, std::uint64_t key, const SliceRecord& slice,
                             std::uint64_t total, std::uint64_t version,
                             std::span<const float> weights, std::span<const float> momentum) {
   make_private_dir(dir);
   make_private_dir(round_dir(dir, version));
-  std::array<std::byte, kFileHeader> h{};
-  wire::store<std::uint32_t>(&h[0], kSliceMagic);
-  wire::store<std::uint32_t>(&h[4], kSliceCheckpointFormat);
-  wire::store<std::uint64_t>(&h[8], key);
-  wire::store<std::uint32_t>(&h[16], slice.index);
-  wire::store<std::uint32_t>(&h[20], momentum.empty() ? 0 : kFlagMomentum);
-  wire::store<std::uint64_t>(&h[24], slice.offset);
-  wire::store<std::uint64_t>(&h[32], slice.count);
-  wire::store<std::uint64_t>(&h[40], total);
-  wire::store<std::uint64_t>(&h[48], version);
-  wire::store<std::uint64_t>(&h[kChecksumAt], fnv1a(momentum, fnv1a(weights, header_checksum(h))));
-  std::span<const std::byte> parts[] = {h, std::as_bytes(weights), std::as_bytes(momentum)};
+  const auto bytes = encode_slice_checkpoint(key, slice, total, version, weights, momentum);
+  std::span<const std::byte> parts[] = {bytes};
   write_atomically(slice_checkpoint_path(dir, version, key, slice.index), parts);
 }
 
@@ -234,13 +243,18 @@ void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::u
   fs::remove(round_dir(dir, round), ec);  // only succeeds once empty
 }
 
-void write_manifest(const std::string& dir, const ShardMap& map) {
-  make_private_dir(dir);
+std::string encode_manifest(const ShardMap& map) {
   std::string text = fmt::format("psrt-manifest 1 servers {}\n", map.num_servers());
   for (const auto& [key, entry] : map.keys())
     for (const auto& s : entry.second)
       text += fmt::format("{} {} {} {} {} {}\n", key, entry.first, s.index, s.server, s.offset,
                           s.count);
+  return text;
+}
+
+void write_manifest(const std::string& dir, const ShardMap& map) {
+  make_private_dir(dir);
+  const std::string text = encode_manifest(map);
   std::span<const std::byte> parts[] = {as_bytes(text)};
   write_atomically(dir + "/MANIFEST", parts);
 }

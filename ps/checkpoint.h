@@ -41,6 +41,11 @@ struct SliceState {
 std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                   std::uint32_t index);
 
+// The bytes of a slice file (header and checksum included); write_slice_checkpoint writes these.
+std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRecord& slice,
+                                               std::uint64_t total, std::uint64_t version,
+                                               std::span<const float> weights,
+                                               std::span<const float> momentum);
 void write_slice_checkpoint(const std::string& dir, std::uint64_t key, const SliceRecord& slice,
                             std::uint64_t total, std::uint64_t version,
                             std::span<const float> weights, std::span<const float> momentum);
@@ -62,6 +67,8 @@ SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, st
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                              std::uint32_t index);
 
+// The manifest's text; write_manifest writes it to <dir>/MANIFEST.
+std::string encode_manifest(const ShardMap& map);
 void write_manifest(const std::string& dir, const ShardMap& map);
 // Restores the manifest's placements into `map`; returns false when there is no manifest.
 bool read_manifest(const std::string& dir, ShardMap& map);
