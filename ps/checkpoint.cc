@@ -360,4 +360,22 @@ ResumePoint find_resume_round(const std::string& dir, const ShardMap& map) {
   return point;
 }
 
+std::vector<std::string> set_aside_rounds(const std::string& dir,
+                                          const std::vector<SkippedRound>& skipped) {
+  std::vector<std::string> moved;
+  for (const auto& s : skipped) {
+    const std::string from = round_dir(dir, s.round);
+    std::string to = from + ".skipped";
+    for (int i = 1; fs::exists(fs::symlink_status(to)); ++i)
+      to = fmt::format("{}.skipped.{}", from, i);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      throw Error(ErrorCode::kSystem,
+                  fmt::format("cannot set aside the skipped checkpoint round '{}' as '{}': {}",
+                              from, to, std::strerror(errno)));
+    moved.push_back(to);
+  }
+  if (!moved.empty()) fsync_dir(dir);
+  return moved;
+}
+
 }  // namespace psrt::ps

@@ -90,5 +90,10 @@ struct ResumePoint {
 // (kInvalidArgument) listing every round and why, since starting afresh would silently drop the
 // checkpoints the user asked to resume from.
 ResumePoint find_resume_round(const std::string& dir, const ShardMap& map);
+// Renames each skipped round's directory to r<round>.skipped (.skipped.1, ... when taken), which
+// resume ignores, so that the resumed job's files of that round are never mixed with the old
+// ones. Returns the new paths. Throws psrt::Error (kSystem) naming a directory it cannot rename.
+std::vector<std::string> set_aside_rounds(const std::string& dir,
+                                          const std::vector<SkippedRound>& skipped);
 
 }  // namespace psrt::ps

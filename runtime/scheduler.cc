@@ -25,6 +25,10 @@ Scheduler::Scheduler(SchedulerConfig config)
     for (const auto& skipped : point.skipped)
       PSRT_LOG_WARN("checkpoint round {} in {} skipped: {}", skipped.round, config_.checkpoint_dir,
                     skipped.why);
+    // This job writes those rounds again; a crash half-way must not leave a round that mixes
+    // its files with the skipped ones.
+    for (const auto& moved : ps::set_aside_rounds(config_.checkpoint_dir, point.skipped))
+      PSRT_LOG_WARN("skipped round moved to {} (delete it once it is not needed)", moved);
     resume_round_ = point.round;
     if (resume_round_ > 0)
       PSRT_LOG_INFO("resuming from checkpoint round {} in {}", resume_round_,

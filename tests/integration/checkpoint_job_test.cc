@@ -94,6 +94,10 @@ void expect_resumed_from_2(const fs::path& dir, const std::string& why) {
             1)
       << second.out;
   EXPECT_EQ(second.count("resuming from checkpoint round 2 in " + dir.string()), 1) << second.out;
+  // The skipped round is kept aside, out of the way of the round 4 this job wrote again.
+  EXPECT_EQ(second.count("skipped round moved to " + (dir / "r000000000004.skipped").string()), 1)
+      << second.out;
+  EXPECT_TRUE(fs::exists(dir / "r000000000004.skipped" / "k0-s0.slice"));
 }
 
 TEST(JobCheckpointSecurity, ADamagedLatestRoundResumesFromThePreviousOneAndSaysWhy) {

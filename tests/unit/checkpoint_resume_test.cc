@@ -140,6 +140,32 @@ TEST_F(CheckpointResume, SeveralDamagedRoundsAreAllSkippedNewestFirst) {
   EXPECT_NE(p.skipped[1].why.find("round mismatch"), std::string::npos) << p.skipped[1].why;
 }
 
+TEST_F(CheckpointResume, SkippedRoundsAreSetAsideSoTheyCannotMixWithNewFiles) {
+  write_round(2);
+  write_round(4);
+  write_round(6);
+  fs::resize_file(victim(6), 0);
+  fs::remove(victim(4));
+  fs::create_directories(dir_ + "/r000000000006.skipped");  // from an earlier resume
+  const ResumePoint p = find_resume_round(dir_, map_);
+  ASSERT_EQ(p.round, 2u);
+  const auto moved = set_aside_rounds(dir_, p.skipped);
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_EQ(moved[0], dir_ + "/r000000000006.skipped.1");
+  EXPECT_EQ(moved[1], dir_ + "/r000000000004.skipped");
+  EXPECT_EQ(fs::file_size(moved[0] + "/k1-s1.slice"), 0u) << "moved, not deleted";
+  EXPECT_FALSE(fs::exists(dir_ + "/r000000000004"));
+  EXPECT_FALSE(fs::exists(dir_ + "/r000000000006"));
+  // The resumed job writes round 4 again, half of it before it dies: round 4 stays incomplete
+  // instead of completed by the old files.
+  write_slice_checkpoint(dir_, 2, (*map_.find(2))[0], 5, 4, std::vector<float>(5, 9.f), {});
+  const ResumePoint again = find_resume_round(dir_, map_);
+  EXPECT_EQ(again.round, 2u);
+  ASSERT_EQ(again.skipped.size(), 1u);
+  EXPECT_EQ(again.skipped[0].round, 4u);
+  EXPECT_FALSE(again.skipped[0].damaged);
+}
+
 TEST_F(CheckpointResume, AnIncompleteLatestRoundIsSkippedWithTheMissingFile) {
   write_round(2);
   write_round(4);
