@@ -156,9 +156,10 @@ TEST_F(CheckpointResume, SkippedRoundsAreSetAsideSoTheyCannotMixWithNewFiles) {
   EXPECT_EQ(fs::file_size(moved[0] + "/k1-s1.slice"), 0u) << "moved, not deleted";
   EXPECT_FALSE(fs::exists(dir_ + "/r000000000004"));
   EXPECT_FALSE(fs::exists(dir_ + "/r000000000006"));
-  // The resumed job writes round 4 again, half of it before it dies: round 4 stays incomplete
-  // instead of completed by the old files.
-  write_slice_checkpoint(dir_, 2, (*map_.find(2))[0], 5, 4, std::vector<float>(5, 9.f), {});
+  // The resumed job writes round 4's missing file first and dies: round 4 stays incomplete
+  // instead of being completed by the old run's files.
+  const auto& missing = (*map_.find(1))[1];
+  write_slice_checkpoint(dir_, 1, missing, 25, 4, std::vector<float>(missing.count, 9.f), {});
   const ResumePoint again = find_resume_round(dir_, map_);
   EXPECT_EQ(again.round, 2u);
   ASSERT_EQ(again.skipped.size(), 1u);
