@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-sanitize demo clean
+.PHONY: all deps configure build test test-sanitize fuzz demo clean
 
 all: build
 
@@ -19,16 +19,42 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure --timeout 300
 
-# The fault and garbage-input tests again, under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The fault, garbage-input and security tests again, under AddressSanitizer and
+# UndefinedBehaviorSanitizer. sanitize_tests (tests/CMakeLists.txt) builds every test program
+# of tests/{unit,fuzz,transport,runtime,integration,security} and what they launch.
+SANITIZE_LABELS ?= sanitize|security
 test-sanitize: deps
 	@for s in address undefined; do \
-	  cmake -S . -B $(BUILD)-$$s -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=$$s >/dev/null && \
-	  cmake --build $(BUILD)-$$s -j$(JOBS) --target transport_conformance_test && \
-	  ctest --test-dir $(BUILD)-$$s --output-on-failure --timeout 300 -L sanitize || exit 1; \
+	  cmake -S . -B $(BUILD)-$$s -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=$$s $(CMAKE_ARGS) >/dev/null && \
+	  cmake --build $(BUILD)-$$s -j$(JOBS) --target sanitize_tests && \
+	  ctest --test-dir $(BUILD)-$$s --output-on-failure --timeout 300 -L '$(SANITIZE_LABELS)' || exit 1; \
+	done
+
+# The libFuzzer targets (tests/fuzz; clang, ASan and UBSan), each run for FUZZ_SECONDS from its
+# checked-in seeds. Fails on the first crash, sanitizer report, leak or input slower than 10 s,
+# printing the log's end and where the input was saved.
+FUZZ_SECONDS ?= 60
+FUZZERS := protocol_fuzz:tests/fuzz/corpus checkpoint_fuzz:tests/fuzz/checkpoint_corpus \
+           hello_fuzz:tests/fuzz/hello_corpus
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPSRT_WITH_TORCH=OFF -DPSRT_WITH_CUDA=OFF $(CMAKE_ARGS) >/dev/null && \
+	  cmake --build $(BUILD)-fuzz -j$(JOBS) --target $(foreach f,$(FUZZERS),$(firstword $(subst :, ,$(f))))
+	@for f in $(FUZZERS); do \
+	  t=$${f%%:*}; seeds=$${f#*:}; out=$(BUILD)-fuzz/fuzz-out/$$t; \
+	  rm -rf $$out && mkdir -p $$out/corpus && echo "fuzz: $$t for $(FUZZ_SECONDS) s" && \
+	  if ! $(BUILD)-fuzz/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	       -artifact_prefix=$$out/ $$out/corpus $$seeds > $$out/log 2>&1; then \
+	    tail -n 60 $$out/log; \
+	    echo "fuzz: $$t failed; input saved as $$(ls $$out/crash-* $$out/leak-* $$out/timeout-* \
+	      $$out/oom-* 2>/dev/null | head -1) (replay: $(BUILD)-fuzz/bin/$$t FILE)"; \
+	    exit 1; \
+	  fi; \
+	  tail -n 1 $$out/log; \
 	done
 
 demo: build
 	@scripts/demo.sh $(BUILD)/bin
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined
+	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz

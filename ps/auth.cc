@@ -1,12 +1,14 @@
 #include "ps/auth.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 
 #include <fmt/core.h>
 
@@ -49,20 +51,49 @@ std::string generate_secret() {
 }
 
 std::string read_secret_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
+  // The mode is checked on the descriptor that is read, so the file cannot be swapped between.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cannot read the secret file '{}': {}", path, std::strerror(errno)));
-  std::string line;
-  std::getline(in, line);
+                fmt::format("cannot read the secret file '{}': {}", path, std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the secret file '{}' is not a regular file", path));
+  }
+  if ((st.st_mode & 077) != 0) {
+    ::close(fd);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the secret file '{}' is accessible to group or others (mode {:04o}); "
+                            "make it private to its owner: chmod 600 '{}'",
+                            path, st.st_mode & 07777, path));
+  }
+  std::string line;  // the first line
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    line.append(chunk, static_cast<std::size_t>(n));
+    if (auto nl = line.find('\n'); nl != std::string::npos) {
+      line.resize(nl);
+      break;
+    }
+  }
+  ::close(fd);
   auto first = line.find_first_not_of(" \t\r");
   auto last = line.find_last_not_of(" \t\r");
   line = first == std::string::npos ? "" : line.substr(first, last - first + 1);
   if (line.size() < 16)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("the secret in '{}' has {} characters; use at least 16 (e.g. `openssl "
-                            "rand -hex 32 > {}`)",
-                            path, line.size(), path));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("the secret in '{}' has {} characters; use at least 16 (e.g. `(umask 077; "
+                    "openssl rand -hex 32 > {})`)",
+                    path, line.size(), path));
   return line;
 }
 

@@ -1,6 +1,7 @@
 #include "ps/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,15 +21,43 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint32_t kSliceMagic = 0x4b435350;  // "PSCK"
-constexpr std::uint32_t kFormat = 1;
-constexpr std::size_t kFileHeader = 64;
-
-std::uint64_t fnv1a(std::span<const float> a, std::uint64_t h = kFnv1aOffset) {
-  return psrt::fnv1a(a.data(), a.size_bytes(), h);
-}
+constexpr std::size_t kFileHeader = kSliceCheckpointHeaderBytes;
+constexpr std::size_t kChecksumAt = 56;
+constexpr std::uint32_t kFlagMomentum = 1;
 
 std::string round_dir(const std::string& dir, std::uint64_t round) {
   return fmt::format("{}/r{:012}", dir, round);
+}
+
+Error sys_error(const std::string& what, const std::string& path) {
+  return Error(ErrorCode::kSystem, fmt::format("{} '{}': {}", what, path, std::strerror(errno)));
+}
+
+// Makes the directory's entries (a rename, a new subdirectory) durable.
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw sys_error("cannot open checkpoint directory", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  if (rc != 0) throw sys_error("fsync of checkpoint directory", dir);
+}
+
+// Creates `path` (0700) unless it exists; a new directory is made durable in its parent.
+void make_private_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) == 0) {
+    fsync_dir(fs::path(path).parent_path().string());
+    return;
+  }
+  if (errno == EEXIST && fs::is_directory(path)) return;
+  if (errno == ENOENT) {  // a missing parent: the user's directories get the usual mode
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    if (!ec && ::mkdir(path.c_str(), 0700) == 0) return;
+    if (ec) errno = ec.value();
+  }
+  throw sys_error("cannot create checkpoint directory", path);
 }
 
 void write_all_fd(int fd, const void* data, std::size_t size, const std::string& path) {
@@ -36,25 +65,23 @@ void write_all_fd(int fd, const void* data, std::size_t size, const std::string&
   while (size > 0) {
     ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw Error(ErrorCode::kSystem, fmt::format("cannot write checkpoint '{}': {}", path,
-                                                  std::strerror(errno)));
+    if (n < 0) throw sys_error("cannot write checkpoint", path);
     p += n;
     size -= static_cast<std::size_t>(n);
   }
 }
 
-// Writes a whole file atomically: temporary name, fsync, rename.
+// Writes a whole file atomically and privately: temporary name (0600), fsync, rename, fsync of
+// the directory (without it a crash can lose the rename although the data was synced).
 void write_atomically(const std::string& path, std::span<const std::span<const std::byte>> parts) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error(ErrorCode::kSystem,
-                fmt::format("cannot create checkpoint '{}': {}", tmp, std::strerror(errno)));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw sys_error("cannot create checkpoint", tmp);
   try {
+    // A temporary file left by a crash keeps its old mode through O_CREAT.
+    if (::fchmod(fd, 0600) != 0) throw sys_error("chmod 600", tmp);
     for (auto part : parts) write_all_fd(fd, part.data(), part.size(), tmp);
-    if (::fsync(fd) != 0)
-      throw Error(ErrorCode::kSystem, fmt::format("fsync '{}': {}", tmp, std::strerror(errno)));
+    if (::fsync(fd) != 0) throw sys_error("fsync", tmp);
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -64,6 +91,11 @@ void write_atomically(const std::string& path, std::span<const std::span<const s
   if (::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(ErrorCode::kSystem,
                 fmt::format("rename '{}' -> '{}': {}", tmp, path, std::strerror(errno)));
+  fsync_dir(fs::path(path).parent_path().string());
+}
+
+std::uint64_t header_checksum(std::span<const std::byte> header) {
+  return psrt::fnv1a(header.data(), kChecksumAt);
 }
 
 }  // namespace
@@ -73,62 +105,135 @@ std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, s
   return fmt::format("{}/k{}-s{}.slice", round_dir(dir, round), key, index);
 }
 
+std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRecord& slice,
+                                               std::uint64_t total, std::uint64_t version,
+                                               std::span<const float> weights,
+                                               std::span<const float> momentum) {
+  std::vector<std::byte> out(kFileHeader + weights.size_bytes() + momentum.size_bytes());
+  std::byte* h = out.data();
+  wire::store<std::uint32_t>(h, kSliceMagic);
+  wire::store<std::uint32_t>(h + 4, kSliceCheckpointFormat);
+  wire::store<std::uint64_t>(h + 8, key);
+  wire::store<std::uint32_t>(h + 16, slice.index);
+  wire::store<std::uint32_t>(h + 20, momentum.empty() ? 0 : kFlagMomentum);
+  wire::store<std::uint64_t>(h + 24, slice.offset);
+  wire::store<std::uint64_t>(h + 32, slice.count);
+  wire::store<std::uint64_t>(h + 40, total);
+  wire::store<std::uint64_t>(h + 48, version);
+  if (!weights.empty()) std::memcpy(h + kFileHeader, weights.data(), weights.size_bytes());
+  if (!momentum.empty())
+    std::memcpy(h + kFileHeader + weights.size_bytes(), momentum.data(), momentum.size_bytes());
+  wire::store<std::uint64_t>(h + kChecksumAt, psrt::fnv1a(h + kFileHeader, out.size() - kFileHeader,
+                                                          header_checksum({h, kFileHeader})));
+  return out;
+}
+
 void write_slice_checkpoint(const std::string& dir, std::uint64_t key, const SliceRecord& slice,
                             std::uint64_t total, std::uint64_t version,
                             std::span<const float> weights, std::span<const float> momentum) {
-  std::error_code ec;
-  fs::create_directories(round_dir(dir, version), ec);
-  if (ec)
-    throw Error(ErrorCode::kSystem, fmt::format("cannot create checkpoint directory '{}': {}",
-                                                round_dir(dir, version), ec.message()));
-  std::array<std::byte, kFileHeader> h{};
-  wire::store<std::uint32_t>(&h[0], kSliceMagic);
-  wire::store<std::uint32_t>(&h[4], kFormat);
-  wire::store<std::uint64_t>(&h[8], key);
-  wire::store<std::uint32_t>(&h[16], slice.index);
-  wire::store<std::uint32_t>(&h[20], momentum.empty() ? 0 : 1);
-  wire::store<std::uint64_t>(&h[24], slice.offset);
-  wire::store<std::uint64_t>(&h[32], slice.count);
-  wire::store<std::uint64_t>(&h[40], total);
-  wire::store<std::uint64_t>(&h[48], version);
-  wire::store<std::uint64_t>(&h[56], fnv1a(momentum, fnv1a(weights)));
-  std::span<const std::byte> parts[] = {h, std::as_bytes(weights), std::as_bytes(momentum)};
+  make_private_dir(dir);
+  make_private_dir(round_dir(dir, version));
+  const auto bytes = encode_slice_checkpoint(key, slice, total, version, weights, momentum);
+  std::span<const std::byte> parts[] = {bytes};
   write_atomically(slice_checkpoint_path(dir, version, key, slice.index), parts);
+}
+
+namespace {
+
+Error unusable(const std::string& path, const std::string& why) {
+  return Error(ErrorCode::kInvalidArgument,
+               fmt::format("checkpoint '{}' is unusable: {}", path, why));
+}
+
+std::vector<float> floats_at(std::span<const std::byte> bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
+SliceState decode_slice_checkpoint(std::span<const std::byte> file, const std::string& path,
+                                   std::uint64_t round, std::uint64_t key, const SliceRecord& slice,
+                                   std::uint64_t total) {
+  auto bad = [&](const std::string& why) { return unusable(path, why); };
+  if (file.size() < kFileHeader) throw bad("truncated header");
+  const std::byte* h = file.data();
+  if (wire::load<std::uint32_t>(h) != kSliceMagic) throw bad("not a psrt slice checkpoint (magic)");
+  if (const auto format = wire::load<std::uint32_t>(h + 4); format != kSliceCheckpointFormat)
+    throw bad(fmt::format(
+        "checkpoint format {} {}; this psrt reads format {}: resume with the psrt that wrote it, "
+        "or remove the checkpoint directory to start afresh",
+        format, format < kSliceCheckpointFormat ? "is from an older psrt" : "is not known",
+        kSliceCheckpointFormat));
+  const auto file_key = wire::load<std::uint64_t>(h + 8);
+  const auto file_index = wire::load<std::uint32_t>(h + 16);
+  const auto flags = wire::load<std::uint32_t>(h + 20);
+  const auto file_round = wire::load<std::uint64_t>(h + 48);
+  // Where the file was found first: a valid file under another name is a misplaced file.
+  if (file_key != key || file_index != slice.index)
+    throw bad(fmt::format("it holds key {} slice {}, but its name says key {} slice {}", file_key,
+                          file_index, key, slice.index));
+  if (file_round != round)
+    throw bad(
+        fmt::format("round mismatch: it holds round {} but lies in round {}'s directory "
+                    "(a file of another round copied here?)",
+                    file_round, round));
+  if (wire::load<std::uint64_t>(h + 24) != slice.offset ||
+      wire::load<std::uint64_t>(h + 32) != slice.count ||
+      wire::load<std::uint64_t>(h + 40) != total)
+    throw bad("it holds another slice than the manifest says");
+  if ((flags & ~kFlagMomentum) != 0) throw bad(fmt::format("unknown flags 0x{:x}", flags));
+  // count matches the manifest's, which decode_slices bounded by the tensor's total.
+  const std::span<const std::byte> body = file.subspan(kFileHeader);
+  if (slice.count > body.size() / sizeof(float)) throw bad("truncated weights");
+  const std::size_t vector_bytes = slice.count * sizeof(float);
+  const bool has_momentum = (flags & kFlagMomentum) != 0;
+  if (has_momentum && body.size() < 2 * vector_bytes) throw bad("truncated momentum");
+  if (body.size() > (has_momentum ? 2 : 1) * vector_bytes) throw bad("trailing bytes");
+  const auto weights = body.first(vector_bytes);
+  const auto momentum = has_momentum ? body.subspan(vector_bytes) : body.last(0);
+  const std::uint64_t sum = psrt::fnv1a(
+      momentum.data(), momentum.size(),
+      psrt::fnv1a(weights.data(), weights.size(), header_checksum(file.first(kFileHeader))));
+  if (sum != wire::load<std::uint64_t>(h + kChecksumAt)) throw bad("checksum mismatch");
+  SliceState s;
+  s.version = file_round;
+  s.weights = floats_at(weights);
+  s.momentum = floats_at(momentum);
+  return s;
 }
 
 SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                  const SliceRecord& slice, std::uint64_t total) {
   const std::string path = slice_checkpoint_path(dir, round, key, slice.index);
-  std::ifstream in(path, std::ios::binary);
-  auto bad = [&](const std::string& why) {
-    return Error(ErrorCode::kInvalidArgument,
-                 fmt::format("checkpoint '{}' is unusable: {}; remove the round directory to "
-                             "resume from an older round",
-                             path, why));
-  };
-  if (!in) throw bad("cannot open it");
-  std::array<std::byte, kFileHeader> h{};
-  if (!in.read(reinterpret_cast<char*>(h.data()), h.size())) throw bad("truncated header");
-  if (wire::load<std::uint32_t>(&h[0]) != kSliceMagic || wire::load<std::uint32_t>(&h[4]) != kFormat)
-    throw bad("not a psrt slice checkpoint (magic/format)");
-  if (wire::load<std::uint64_t>(&h[8]) != key || wire::load<std::uint32_t>(&h[16]) != slice.index ||
-      wire::load<std::uint64_t>(&h[24]) != slice.offset ||
-      wire::load<std::uint64_t>(&h[32]) != slice.count || wire::load<std::uint64_t>(&h[40]) != total)
-    throw bad("it holds another slice than the manifest says");
-  SliceState s;
-  s.version = wire::load<std::uint64_t>(&h[48]);
-  s.weights.resize(slice.count);
-  if (!in.read(reinterpret_cast<char*>(s.weights.data()), slice.count * sizeof(float)))
-    throw bad("truncated weights");
-  if (wire::load<std::uint32_t>(&h[20]) == 1) {
-    s.momentum.resize(slice.count);
-    if (!in.read(reinterpret_cast<char*>(s.momentum.data()), slice.count * sizeof(float)))
-      throw bad("truncated momentum");
+  // O_NONBLOCK: a FIFO under the file's name must not block the reader.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw unusable(path, fmt::format("cannot open it: {}", std::strerror(errno)));
+  std::vector<std::byte> bytes;
+  try {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw unusable(path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw unusable(path, "not a regular file");
+    // No more than the largest valid file (weights and momentum) is read into memory.
+    const auto largest = kFileHeader + 2 * slice.count * sizeof(float);
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    bytes.resize(std::min<std::uint64_t>(size, largest + 1));
+    std::size_t got = 0;
+    while (got < bytes.size()) {
+      ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw unusable(path, fmt::format("cannot read it: {}", std::strerror(errno)));
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    bytes.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
-  if (in.peek() != std::char_traits<char>::eof()) throw bad("trailing bytes");
-  if (fnv1a(s.momentum, fnv1a(s.weights)) != wire::load<std::uint64_t>(&h[56]))
-    throw bad("checksum mismatch");
-  return s;
+  ::close(fd);
+  return decode_slice_checkpoint(bytes, path, round, key, slice, total);
 }
 
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
@@ -138,25 +243,34 @@ void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::u
   fs::remove(round_dir(dir, round), ec);  // only succeeds once empty
 }
 
-void write_manifest(const std::string& dir, const ShardMap& map) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw Error(ErrorCode::kSystem,
-                fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
+std::string encode_manifest(const ShardMap& map) {
   std::string text = fmt::format("psrt-manifest 1 servers {}\n", map.num_servers());
   for (const auto& [key, entry] : map.keys())
     for (const auto& s : entry.second)
       text += fmt::format("{} {} {} {} {} {}\n", key, entry.first, s.index, s.server, s.offset,
                           s.count);
+  return text;
+}
+
+void write_manifest(const std::string& dir, const ShardMap& map) {
+  make_private_dir(dir);
+  const std::string text = encode_manifest(map);
   std::span<const std::byte> parts[] = {as_bytes(text)};
   write_atomically(dir + "/MANIFEST", parts);
 }
 
 bool read_manifest(const std::string& dir, ShardMap& map) {
   const std::string path = dir + "/MANIFEST";
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  decode_manifest(text.str(), path, map);
+  return true;
+}
+
+void decode_manifest(std::string_view text, const std::string& path, ShardMap& map) {
+  std::istringstream in{std::string(text)};
   auto bad = [&](const std::string& why) {
     return Error(ErrorCode::kInvalidArgument,
                  fmt::format("checkpoint manifest '{}' is unusable: {}", path, why));
@@ -192,10 +306,9 @@ bool read_manifest(const std::string& dir, ShardMap& map) {
       throw bad(fmt::format("key {}: {}", k, st.message()));
     map.restore(k, e.first, std::move(checked));
   }
-  return true;
 }
 
-std::uint64_t latest_complete_round(const std::string& dir, const ShardMap& map) {
+ResumePoint find_resume_round(const std::string& dir, const ShardMap& map) {
   std::vector<std::uint64_t> rounds;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -205,14 +318,64 @@ std::uint64_t latest_complete_round(const std::string& dir, const ShardMap& map)
       rounds.push_back(std::stoull(name.substr(1)));
   }
   std::sort(rounds.rbegin(), rounds.rend());
+  ResumePoint point;
+  if (map.keys().empty()) return point;
   for (auto r : rounds) {
-    bool complete = !map.keys().empty();
-    for (const auto& [key, entry] : map.keys())
-      for (const auto& s : entry.second)
-        complete = complete && fs::exists(slice_checkpoint_path(dir, r, key, s.index));
-    if (complete) return r;
+    SkippedRound skip{r, "", false};
+    for (const auto& [key, entry] : map.keys()) {
+      for (const auto& s : entry.second) {
+        const std::string path = slice_checkpoint_path(dir, r, key, s.index);
+        std::error_code missing;
+        if (!fs::exists(fs::symlink_status(path, missing))) {
+          skip.why =
+              fmt::format("incomplete: no file for key {} slice {} ('{}')", key, s.index, path);
+          break;
+        }
+        try {
+          (void)read_slice_checkpoint(dir, r, key, s, entry.first);
+        } catch (const Error& e) {
+          skip.why = e.what();
+          skip.damaged = true;
+          break;
+        }
+      }
+      if (!skip.why.empty()) break;
+    }
+    if (skip.why.empty()) {
+      point.round = r;
+      return point;
+    }
+    point.skipped.push_back(std::move(skip));
   }
-  return 0;
+  if (std::any_of(point.skipped.begin(), point.skipped.end(),
+                  [](const SkippedRound& s) { return s.damaged; })) {
+    std::string why;
+    for (const auto& s : point.skipped)
+      why += fmt::format("\n  round {}: {}", s.round, s.why);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("no checkpoint round in '{}' can be resumed from:{}\nrepair or "
+                            "remove the damaged rounds, or remove '{}' to start the job afresh",
+                            dir, why, dir));
+  }
+  return point;
+}
+
+std::vector<std::string> set_aside_rounds(const std::string& dir,
+                                          const std::vector<SkippedRound>& skipped) {
+  std::vector<std::string> moved;
+  for (const auto& s : skipped) {
+    const std::string from = round_dir(dir, s.round);
+    std::string to = from + ".skipped";
+    for (int i = 1; fs::exists(fs::symlink_status(to)); ++i)
+      to = fmt::format("{}.skipped.{}", from, i);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      throw Error(ErrorCode::kSystem,
+                  fmt::format("cannot set aside the skipped checkpoint round '{}' as '{}': {}",
+                              from, to, std::strerror(errno)));
+    moved.push_back(to);
+  }
+  if (!moved.empty()) fsync_dir(dir);
+  return moved;
 }
 
 }  // namespace psrt::ps

@@ -1,13 +1,31 @@
 // Server checkpoints. Servers write each slice at versions that are multiples of
 // checkpoint_every into <dir>/r<version>/k<key>-s<index>.slice (written to a temporary name,
-// fsynced, then renamed, so a file either is complete or absent). The scheduler keeps
-// <dir>/MANIFEST, the list of every key's slices. A round is complete when every slice of the
-// manifest has its file for it; a restarted job resumes from the latest complete round.
+// fsynced, renamed, and the directory fsynced, so a file either is complete or absent; files
+// 0600, directories 0700). The scheduler keeps <dir>/MANIFEST, the list of every key's slices.
+// A round is usable when every slice of the manifest has a valid file for it; a restarted job
+// resumes from the latest usable round and skips newer ones, saying why.
+//
+// Slice file, format 2 (little-endian):
+//   offset  size  field
+//   0       4     magic 'PSCK' (0x4b435350)
+//   4       4     format (2; format 1 files are refused with the reason)
+//   8       8     key
+//   16      4     slice index
+//   20      4     flags: bit 0 = momentum follows the weights; other bits must be 0
+//   24      8     offset of the slice in its tensor
+//   32      8     count (elements)
+//   40      8     total (elements of the tensor)
+//   48      8     version = the round of the directory the file lives in
+//   56      8     FNV-1a 64 over bytes 0..55, then the weights, then the momentum
+//   64      ...   count fp32 weights, then (flag bit 0) count fp32 momentum values
+// The checksum catches damage and misplaced files (another key, slice or round), not a writer
+// who means harm: anyone who can write the directory can write a valid file.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ps/shard_map.h"
@@ -23,20 +41,59 @@ struct SliceState {
 std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                   std::uint32_t index);
 
+// The bytes of a slice file (header and checksum included); write_slice_checkpoint writes these.
+std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRecord& slice,
+                                               std::uint64_t total, std::uint64_t version,
+                                               std::span<const float> weights,
+                                               std::span<const float> momentum);
 void write_slice_checkpoint(const std::string& dir, std::uint64_t key, const SliceRecord& slice,
                             std::uint64_t total, std::uint64_t version,
                             std::span<const float> weights, std::span<const float> momentum);
-// Reads and validates (magic, coordinates, size, checksum). Throws psrt::Error naming the file.
+inline constexpr std::uint32_t kSliceCheckpointFormat = 2;
+inline constexpr std::size_t kSliceCheckpointHeaderBytes = 64;
+
+// Validates the bytes of the file that should hold `key`'s `slice` at `round` (format, the
+// header's key, slice, round, offset, count and total against where it was found and the
+// manifest, size, checksum) and returns its contents. Throws psrt::Error (kInvalidArgument)
+// naming `path` and the cause. Pure: reads nothing else.
+SliceState decode_slice_checkpoint(std::span<const std::byte> file, const std::string& path,
+                                   std::uint64_t round, std::uint64_t key, const SliceRecord& slice,
+                                   std::uint64_t total);
+// Reads the file of `key`'s `slice` at `round` (a regular file no larger than the slice needs)
+// and decodes it as above. Throws psrt::Error naming the file.
 SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                  const SliceRecord& slice, std::uint64_t total);
 // Deletes one slice's file of an older round (and the round's directory once empty).
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                              std::uint32_t index);
 
+// The manifest's text; write_manifest writes it to <dir>/MANIFEST.
+std::string encode_manifest(const ShardMap& map);
 void write_manifest(const std::string& dir, const ShardMap& map);
 // Restores the manifest's placements into `map`; returns false when there is no manifest.
 bool read_manifest(const std::string& dir, ShardMap& map);
-// The latest round every slice of `map` has a checkpoint file for; 0 when none.
-std::uint64_t latest_complete_round(const std::string& dir, const ShardMap& map);
+// read_manifest's parser: `text` is the manifest's content, `path` names it in errors.
+void decode_manifest(std::string_view text, const std::string& path, ShardMap& map);
+
+struct SkippedRound {
+  std::uint64_t round = 0;
+  std::string why;       // the first missing or unusable file, and its cause
+  bool damaged = false;  // a file is there but unusable (not merely missing)
+};
+struct ResumePoint {
+  std::uint64_t round = 0;            // 0: start afresh
+  std::vector<SkippedRound> skipped;  // newer rounds passed over, newest first
+};
+// The latest round whose every slice of `map` has a file that read_slice_checkpoint accepts
+// (every file is read in full), and the newer rounds it passed over. When no round is usable,
+// round is 0; if one of them was damaged rather than incomplete, throws psrt::Error
+// (kInvalidArgument) listing every round and why, since starting afresh would silently drop the
+// checkpoints the user asked to resume from.
+ResumePoint find_resume_round(const std::string& dir, const ShardMap& map);
+// Renames each skipped round's directory to r<round>.skipped (.skipped.1, ... when taken), which
+// resume ignores, so that the resumed job's files of that round are never mixed with the old
+// ones. Returns the new paths. Throws psrt::Error (kSystem) naming a directory it cannot rename.
+std::vector<std::string> set_aside_rounds(const std::string& dir,
+                                          const std::vector<SkippedRound>& skipped);
 
 }  // namespace psrt::ps

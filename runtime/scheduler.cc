@@ -21,9 +21,20 @@ Scheduler::Scheduler(SchedulerConfig config)
   servers_.resize(config_.num_servers);
   server_addresses_.resize(config_.num_servers);
   if (!config_.checkpoint_dir.empty() && ps::read_manifest(config_.checkpoint_dir, shards_)) {
-    resume_round_ = ps::latest_complete_round(config_.checkpoint_dir, shards_);
+    const ps::ResumePoint point = ps::find_resume_round(config_.checkpoint_dir, shards_);
+    for (const auto& skipped : point.skipped)
+      PSRT_LOG_WARN("checkpoint round {} in {} skipped: {}", skipped.round, config_.checkpoint_dir,
+                    skipped.why);
+    // This job writes those rounds again; a crash half-way must not leave a round that mixes
+    // its files with the skipped ones.
+    for (const auto& moved : ps::set_aside_rounds(config_.checkpoint_dir, point.skipped))
+      PSRT_LOG_WARN("skipped round moved to {} (delete it once it is not needed)", moved);
+    resume_round_ = point.round;
     if (resume_round_ > 0)
       PSRT_LOG_INFO("resuming from checkpoint round {} in {}", resume_round_,
+                    config_.checkpoint_dir);
+    else if (!point.skipped.empty())
+      PSRT_LOG_WARN("no complete checkpoint round in {}: the job starts afresh",
                     config_.checkpoint_dir);
   }
   endpoint_ = std::make_shared<ps::Endpoint>(config_.secret, ps::Role::kScheduler, ps::Limits{});

@@ -112,6 +112,14 @@ int run_server_from_env() {
     transport->shutdown();
     return 0;
   }
+  if (reply.header.round > 0 && config.checkpoint_dir.empty()) {
+    transport->shutdown();
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the scheduler resumes from checkpoint round {}, but this server has "
+                            "no PSRT_CHECKPOINT_DIR: give every server the job's checkpoint "
+                            "directory",
+                            reply.header.round));
+  }
   PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
                 ps::to_string(config.mode),
                 reply.header.round ? fmt::format(", resuming round {}", reply.header.round) : "");

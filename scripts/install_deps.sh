@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libssl-dev
+  clang libclang-rt-14-dev
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   python3-matplotlib
 )

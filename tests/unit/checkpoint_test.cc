@@ -134,7 +134,7 @@ TEST_F(Checkpoint, AnotherKeyOrSliceIsRefused) {
   // Key 42's file under key 43's name.
   fs::copy_file(path, other);
   expect_unusable([&] { read_slice_checkpoint(dir_, 8, kKey + 1, kSlice, kTotal); }, other,
-                  "another slice");
+                  "it holds key 42 slice 2, but its name says key 43 slice 2");
   // The manifest says another offset, count or total.
   SliceRecord moved = kSlice;
   moved.offset = 101;
@@ -242,6 +242,10 @@ void write_round(const std::string& dir, const ShardMap& map, std::uint64_t roun
       std::vector<float> w(s.count, static_cast<float>(round));
       write_slice_checkpoint(dir, key, s, entry.first, round, w, {});
     }
+}
+
+std::uint64_t latest_complete_round(const std::string& dir, const ShardMap& map) {
+  return find_resume_round(dir, map).round;
 }
 
 TEST_F(Checkpoint, LatestCompleteRoundHasEverySlice) {

@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--secret-file", a.secret_file,
-                 "job secret (first line); default PSRT_SECRET or a fresh random one");
+                 "job secret (first line; the file must be private, chmod 600); default "
+                 "PSRT_SECRET or a fresh random one");
   app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
