@@ -287,9 +287,11 @@ void SecureConnection::fail_on_loop(ErrorCode code, const std::string& why) {
 void SecureConnection::on_closed_on_loop(const Status& why) {
   Status reported;
   bool was_handshake = false;
+  bool explained = false;  // the cause was logged where it was found
   {
     std::lock_guard lock(state_mutex_);
     was_handshake = state_ == State::kHandshake;
+    explained = !failure_.ok();
     state_ = State::kClosed;
     if (failure_.ok() && !announced_) {
       failure_ = Status(why.ok() ? ErrorCode::kConnectionClosed : why.code(),
@@ -303,8 +305,10 @@ void SecureConnection::on_closed_on_loop(const Status& why) {
   if (announced_) {
     auto self = shared_from_this();
     ctx_->upper().on_closed(*this, reported);
-  } else if (was_handshake && !dead_) {
-    PSRT_LOG_WARN("secure: handshake with {} ended: {}", peer(), why.message());
+  } else if (was_handshake && !explained) {
+    PSRT_LOG_WARN("secure: handshake with {} ended before it finished ({}): the peer may hold "
+                  "another job secret or not run in secure mode",
+                  peer(), why.message());
   }
 }
 
@@ -313,8 +317,11 @@ Status SecureConnection::wait_established(std::chrono::steady_clock::time_point 
   state_cv_.wait_until(lock, deadline, [&] { return state_ != State::kHandshake; });
   if (state_ == State::kOpen) return {};
   if (state_ == State::kClosed) return failure_;
-  return Status(ErrorCode::kTimeout, "the secure handshake with " + peer() +
-                                         " did not finish within the connect timeout");
+  if (failure_.ok()) {
+    failure_ = Status(ErrorCode::kTimeout, "the secure handshake with " + peer() +
+                                               " did not finish within the connect timeout");
+  }
+  return failure_;
 }
 
 void SecureConnection::expire_handshake() {
