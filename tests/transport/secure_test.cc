@@ -178,7 +178,8 @@ class Relay {
       const int index = frames_++;
       if (index == at_) {
         if (tamper_ == Tamper::kFlipHeader) frame[kPrefix + header_len - 17] ^= std::byte{0x01};
-        if (tamper_ == Tamper::kFlipPayload) frame[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
+        if (tamper_ == Tamper::kFlipPayload)
+          frame[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
         if (tamper_ == Tamper::kDrop) continue;
         if (tamper_ == Tamper::kReplay) send_all(to, frame.data(), frame.size());
       }
@@ -240,8 +241,8 @@ class Relay {
 };
 
 constexpr int kSent = 5;
-constexpr int kTampered = 2;            // the third message
-constexpr int kHandshakeFrames = 2;     // HELLO and CONFIRM from the client
+constexpr int kTampered = 2;         // the third message
+constexpr int kHandshakeFrames = 2;  // HELLO and CONFIRM from the client
 constexpr std::size_t kPayloadBytes = 64 * 1024;
 
 std::string header_of(int i) {

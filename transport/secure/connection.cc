@@ -47,12 +47,13 @@ void SecureConnection::refuse(SendDone done, Status status) {
   // The backend refuses a header over kMaxHeaderBytes before anything reaches the wire and
   // completes that send on its progress thread, where every completion must run.
   static const std::array<std::byte, kMaxHeaderBytes + 1> kTooLong{};
-  inner_->send(kTooLong, {},
-               [done = std::move(done), status = std::move(status)](const Status&) { done(status); });
+  inner_->send(kTooLong, {}, [done = std::move(done), status = std::move(status)](const Status&) {
+    done(status);
+  });
 }
 
-void SecureConnection::send(std::span<const std::byte> header,
-                            std::span<const ConstBuffer> payload, SendDone done) {
+void SecureConnection::send(std::span<const std::byte> header, std::span<const ConstBuffer> payload,
+                            SendDone done) {
   if (header.size() > kMaxPlainHeaderBytes) {
     return refuse(std::move(done),
                   Status(ErrorCode::kInvalidArgument,
@@ -72,11 +73,11 @@ void SecureConnection::send(std::span<const std::byte> header,
     total += b.size;
   }
   if (total > ctx_->options().max_payload_bytes) {
-    return refuse(std::move(done),
-                  Status(ErrorCode::kInvalidArgument,
-                         "payload of " + std::to_string(total) +
-                             " bytes exceeds max_payload_bytes (" +
-                             std::to_string(ctx_->options().max_payload_bytes) + ")"));
+    return refuse(
+        std::move(done),
+        Status(ErrorCode::kInvalidArgument,
+               "payload of " + std::to_string(total) + " bytes exceeds max_payload_bytes (" +
+                   std::to_string(ctx_->options().max_payload_bytes) + ")"));
   }
   std::shared_ptr<CipherBuffer> cipher;
   if (total > 0) cipher = std::make_shared<CipherBuffer>(ctx_->acquire(total));
@@ -85,9 +86,9 @@ void SecureConnection::send(std::span<const std::byte> header,
   // Sealing and handing to the backend under one lock: the backend sends in sequence order.
   std::lock_guard lock(send_mutex_);
   if (!seal_) {
-    return refuse(std::move(done), Status(ErrorCode::kConnectionClosed,
-                                          "connection to " + peer() +
-                                              " has not finished its secure handshake"));
+    return refuse(std::move(done),
+                  Status(ErrorCode::kConnectionClosed,
+                         "connection to " + peer() + " has not finished its secure handshake"));
   }
   const std::uint64_t seq = send_seq_++;
   wire::store<std::uint64_t>(sealed.data(), seq);
@@ -156,8 +157,9 @@ Placement SecureConnection::place_on_loop(std::span<const std::byte> header,
   };
   if (!announced_) {
     throw refuse_message(ErrorCode::kProtocol,
-                         "peer " + peer() + " sent a payload during the secure handshake: both "
-                                            "ends must run in secure mode (psrun --secure)");
+                         "peer " + peer() +
+                             " sent a payload during the secure handshake: both "
+                             "ends must run in secure mode (psrun --secure)");
   }
   Placed p;
   std::string why = open_header_on_loop(header, payload_size, p);
@@ -198,8 +200,8 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
     if (p.seq != recv_next_) {
       std::memset(data, 0, size);
       return fail_on_loop(ErrorCode::kAuthentication,
-                          "peer " + peer() + " sent message " + std::to_string(p.seq) +
-                              " where " + std::to_string(recv_next_) +
+                          "peer " + peer() + " sent message " + std::to_string(p.seq) + " where " +
+                              std::to_string(recv_next_) +
                               " was due: a message was dropped, replayed or reordered");
     }
     open_->begin(Domain::kPayload, p.seq);
@@ -218,7 +220,8 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
   }
   Placed p;
   std::string why = open_header_on_loop(header, 0, p);
-  if (!why.empty()) return fail_on_loop(ErrorCode::kAuthentication, "peer " + peer() + " sent " + why);
+  if (!why.empty())
+    return fail_on_loop(ErrorCode::kAuthentication, "peer " + peer() + " sent " + why);
   if (p.seq != recv_next_) {
     return fail_on_loop(ErrorCode::kAuthentication,
                         "peer " + peer() + " sent message " + std::to_string(p.seq) + " where " +
@@ -239,7 +242,8 @@ void SecureConnection::handshake_on_loop(std::span<const std::byte> header) {
                             "(psrun --secure / PSRT_SECURE=1)");
   }
   if (m.type == HandshakeType::kHello) {
-    if (have_keys_) return fail_on_loop(ErrorCode::kProtocol, "peer " + peer() + " sent a second HELLO");
+    if (have_keys_)
+      return fail_on_loop(ErrorCode::kProtocol, "peer " + peer() + " sent a second HELLO");
     SessionKeys keys;
     try {
       keys = derive_session(ctx_->secret(), my_nonce_, m.body);
@@ -255,7 +259,8 @@ void SecureConnection::handshake_on_loop(std::span<const std::byte> header) {
     have_keys_ = true;
     return send_handshake(HandshakeType::kConfirm, keys.my_confirm);
   }
-  if (!have_keys_) return fail_on_loop(ErrorCode::kProtocol, "peer " + peer() + " sent CONFIRM before HELLO");
+  if (!have_keys_)
+    return fail_on_loop(ErrorCode::kProtocol, "peer " + peer() + " sent CONFIRM before HELLO");
   if (!same_mac(m.body, peer_confirm_)) {
     return fail_on_loop(ErrorCode::kAuthentication,
                         "peer " + peer() +
@@ -306,9 +311,10 @@ void SecureConnection::on_closed_on_loop(const Status& why) {
     auto self = shared_from_this();
     ctx_->upper().on_closed(*this, reported);
   } else if (was_handshake && !explained) {
-    PSRT_LOG_WARN("secure: handshake with {} ended before it finished ({}): the peer may hold "
-                  "another job secret or not run in secure mode",
-                  peer(), why.message());
+    PSRT_LOG_WARN(
+        "secure: handshake with {} ended before it finished ({}): the peer may hold "
+        "another job secret or not run in secure mode",
+        peer(), why.message());
   }
 }
 

@@ -80,9 +80,9 @@ class SecureConnection final : public Connection,
   bool announced_ = false;  // the caller's receiver was given on_connected
   bool dead_ = false;       // failed: later callbacks are ignored
   std::unique_ptr<Aead> open_;
-  std::uint64_t recv_next_ = 0;       // sequence number of the next message to deliver
-  std::uint64_t min_place_seq_ = 0;   // placements come in order, after every delivered one
-  std::deque<Placed> placed_;         // placed, payload still landing
+  std::uint64_t recv_next_ = 0;      // sequence number of the next message to deliver
+  std::uint64_t min_place_seq_ = 0;  // placements come in order, after every delivered one
+  std::deque<Placed> placed_;        // placed, payload still landing
 
   std::mutex send_mutex_;
   std::unique_ptr<Aead> seal_;  // guarded by send_mutex_

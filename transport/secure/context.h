@@ -86,8 +86,7 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
 
 class SecureTransport final : public Transport {
  public:
-  using MakeInner =
-      std::function<std::unique_ptr<Transport>(std::shared_ptr<Receiver>, Options)>;
+  using MakeInner = std::function<std::unique_ptr<Transport>(std::shared_ptr<Receiver>, Options)>;
   SecureTransport(std::shared_ptr<Receiver> receiver, Options options, const MakeInner& make_inner);
   ~SecureTransport() override;
 

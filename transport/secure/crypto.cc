@@ -131,8 +131,8 @@ Tag Aead::seal_tag() {
 
 bool Aead::open_tag(const Tag& tag) {
   Tag copy = tag;
-  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(copy.size()),
-                          copy.data()) != 1)
+  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(copy.size()), copy.data()) !=
+      1)
     crypto_failed("AES-256-GCM set tag");
   int out = 0;
   unsigned char none[16];
