@@ -101,9 +101,9 @@ INSTANTIATE_TEST_SUITE_P(Backends, JobTest,
 class SecureJob : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SecureJob, SyncRoundsEqualTheClosedFormExactly) {
-  auto r = psrun("", "--secure --transport " + GetParam() +
-                         " -n 4 -s 2 --lr 1 --partition-bytes 1048576",
-                 "exact --rounds 3 --sizes 1,7,1000,4099,1048579,8388609");
+  auto r = psrun(
+      "", "--secure --transport " + GetParam() + " -n 4 -s 2 --lr 1 --partition-bytes 1048576",
+      "exact --rounds 3 --sizes 1,7,1000,4099,1048579,8388609");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS exact"), 4) << r.out;
   EXPECT_EQ(r.count("transport " + GetParam() + " (secure)"), 1) << r.out;
@@ -114,7 +114,8 @@ TEST_P(SecureJob, ProcessWithoutTheSecureModeCannotJoin) {
   // The worker runs with PSRT_SECURE=0: it speaks plain to the secure scheduler.
   auto log = scratch("plain_worker.txt");
   std::string cmd = PSRUN_PATH " --secure --transport " + GetParam() +
-                    " -n 1 -- env PSRT_SECURE=0 " PS_WORKER_PATH " exact --rounds 1 --sizes 1000 > " +
+                    " -n 1 -- env PSRT_SECURE=0 " PS_WORKER_PATH
+                    " exact --rounds 1 --sizes 1000 > " +
                     log.string() + " 2>&1";
   auto start = std::chrono::steady_clock::now();
   int status = std::system(cmd.c_str());

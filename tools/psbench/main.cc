@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
     if (*tr) return psrt::bench::run_transport_bench(tc);
     if (*pp) return psrt::bench::run_pushpull_bench(pc);
     if (*kb) return psrt::bench::run_kernel_bench(kc);
-    if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size,
-                                                     peer_secure);
+    if (*peer)
+      return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size,
+                                             peer_secure);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";
     return 1;

@@ -287,8 +287,9 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
   transport::Options options;
   if (cfg.secure) options.secure_secret = bench_secret();  // before the peer inherits it
   if (address.empty()) {
-    std::vector<std::string> args{"transport-peer", "--transport", cfg.transport, "--listen",
-                                  "127.0.0.1:0",    "--max-size",  std::to_string(max_size)};
+    std::vector<std::string> args{
+        "transport-peer", "--transport", cfg.transport,           "--listen",
+        "127.0.0.1:0",    "--max-size",  std::to_string(max_size)};
     if (cfg.secure) args.push_back("--secure");
     peer = std::make_unique<PeerProcess>(args, std::chrono::seconds(30));
     address = peer->address();
