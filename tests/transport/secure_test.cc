@@ -8,10 +8,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "harness.h"
+#include "transport/secure/crypto.h"
+#include "transport/secure/handshake.h"
 #include "transport/socket.h"
 #include "transport/wire.h"
 
@@ -30,6 +34,85 @@ int count_of(const std::string& text, const std::string& needle) {
   for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1))
     ++n;
   return n;
+}
+
+// ---- the primitives -------------------------------------------------------------------------
+
+TEST(SecureCrypto, BothEndsDeriveMatchingKeysAndOnlyWithTheSameSecret) {
+  using namespace secure;
+  const Nonce a = random_nonce(), b = random_nonce();
+  const SessionKeys ka = derive_session("job-secret-0123456789", a, b);
+  const SessionKeys kb = derive_session("job-secret-0123456789", b, a);
+  EXPECT_EQ(ka.send, kb.recv);
+  EXPECT_EQ(ka.recv, kb.send);
+  EXPECT_NE(ka.send, ka.recv) << "one key per direction";
+  EXPECT_EQ(ka.my_confirm, kb.peer_confirm);
+  EXPECT_EQ(ka.peer_confirm, kb.my_confirm);
+  EXPECT_NE(ka.my_confirm, ka.peer_confirm) << "a reflected CONFIRM must not verify";
+  const SessionKeys other = derive_session("job-secret-0123456780", b, a);
+  EXPECT_NE(other.recv, ka.send);
+  EXPECT_NE(other.peer_confirm, ka.my_confirm);
+  const SessionKeys fresh = derive_session("job-secret-0123456789", a, random_nonce());
+  EXPECT_NE(fresh.send, ka.send) << "fresh nonces, fresh keys";
+  try {
+    derive_session("job-secret-0123456789", a, a);
+    ADD_FAILURE() << "equal nonces (a reflected HELLO) must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kAuthentication);
+  }
+}
+
+TEST(SecureCrypto, SealedBytesOpenOnlyUnderTheSameKeyDomainAndSequence) {
+  using namespace secure;
+  Key key{};
+  key[0] = std::byte{7};
+  auto plain = pattern(100000, 3);
+  Aead seal(key, true);
+  std::vector<std::byte> sealed(plain.size());
+  seal.begin(Domain::kPayload, 41);
+  seal.crypt(plain.data(), sealed.data(), plain.size());
+  const Tag tag = seal.seal_tag();
+  EXPECT_NE(sealed, plain);
+  auto open = [&](Domain d, std::uint64_t seq, std::vector<std::byte> bytes, const Key& k) {
+    Aead opener(k, false);
+    opener.begin(d, seq);
+    opener.crypt(bytes.data(), bytes.data(), bytes.size());  // in place
+    const bool ok = opener.open_tag(tag);
+    return std::make_pair(ok, bytes);
+  };
+  auto [ok, opened] = open(Domain::kPayload, 41, sealed, key);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(opened, plain);
+  EXPECT_FALSE(open(Domain::kPayload, 42, sealed, key).first) << "another sequence number";
+  EXPECT_FALSE(open(Domain::kHeader, 41, sealed, key).first) << "the header's nonce";
+  Key other = key;
+  other[31] = std::byte{1};
+  EXPECT_FALSE(open(Domain::kPayload, 41, sealed, other).first) << "another connection's key";
+  auto flipped = sealed;
+  flipped[5000] ^= std::byte{1};
+  EXPECT_FALSE(open(Domain::kPayload, 41, flipped, key).first) << "one flipped bit";
+}
+
+TEST(SecureCrypto, HandshakeDecoderRefusesWhatIsNotAHandshakeMessage) {
+  using namespace secure;
+  HandshakeMessage m;
+  m.type = HandshakeType::kConfirm;
+  m.body[3] = std::byte{9};
+  std::array<std::byte, kHandshakeBytes> bytes;
+  encode_handshake(m, bytes.data());
+  HandshakeMessage out;
+  EXPECT_EQ(decode_handshake(bytes, out), "");
+  EXPECT_EQ(out.type, HandshakeType::kConfirm);
+  EXPECT_EQ(out.body, m.body);
+  auto bad = [&](std::size_t at, std::byte value) {
+    auto copy = bytes;
+    copy[at] = value;
+    return decode_handshake(copy, out);
+  };
+  EXPECT_NE(bad(0, std::byte{'X'}).find("magic"), std::string::npos);
+  EXPECT_NE(bad(4, std::byte{2}).find("version 2"), std::string::npos);
+  EXPECT_NE(bad(6, std::byte{3}).find("type 3"), std::string::npos);
+  EXPECT_NE(decode_handshake(std::span(bytes).first(39), out).find("39-byte"), std::string::npos);
 }
 
 class SecureMode : public ::testing::TestWithParam<std::string> {};
@@ -144,14 +227,21 @@ INSTANTIATE_TEST_SUITE_P(Backends, SecureMode, ::testing::ValuesIn(available_bac
 
 // ---- a man in the middle on a tcp connection ------------------------------------------------
 
-enum class Tamper { kFlipHeader, kFlipPayload, kReplay, kDrop };
+enum class Tamper { kFlipHeader, kFlipPayload, kReplay, kDrop, kCapture, kSplice };
+
+// A frame one relay captured (kCapture) for another to send instead of its own (kSplice).
+struct CapturedFrame {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::byte> frame;
+};
 
 // Accepts one client, connects it to `target` and forwards both ways; the client->server frame
 // number `at` (tcp frames: 24-byte prefix, header, payload) is altered as `tamper` says.
 class Relay {
  public:
-  Relay(std::string target, Tamper tamper, int at)
-      : target_(std::move(target)), tamper_(tamper), at_(at) {
+  Relay(std::string target, Tamper tamper, int at, CapturedFrame* captured = nullptr)
+      : target_(std::move(target)), tamper_(tamper), at_(at), captured_(captured) {
     listener_ = listen_tcp("127.0.0.1:0", address_);
     thread_ = std::thread([this] { run(); });
   }
@@ -182,6 +272,16 @@ class Relay {
           frame[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
         if (tamper_ == Tamper::kDrop) continue;
         if (tamper_ == Tamper::kReplay) send_all(to, frame.data(), frame.size());
+        if (tamper_ == Tamper::kCapture) {
+          std::lock_guard lock(captured_->mutex);
+          captured_->frame = frame;
+          captured_->cv.notify_all();
+        }
+        if (tamper_ == Tamper::kSplice) {
+          std::unique_lock lock(captured_->mutex);
+          captured_->cv.wait_for(lock, 5s, [&] { return !captured_->frame.empty(); });
+          frame = captured_->frame;
+        }
       }
       send_all(to, frame.data(), frame.size());
     }
@@ -236,6 +336,7 @@ class Relay {
   std::string address_;
   std::vector<std::byte> cbuf_;
   int frames_ = 0;
+  CapturedFrame* captured_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -342,6 +443,48 @@ TEST(SecureMitm, PlainModeDeliversWhatTheRelayAltered) {
   ASSERT_EQ(out.delivered.size(), static_cast<std::size_t>(kSent));
   EXPECT_FALSE(out.delivered[kTampered].payload ==
                pattern(kPayloadBytes, static_cast<std::uint32_t>(kTampered)));
+}
+
+TEST(SecureMitm, FrameFromAnotherConnectionIsRefused) {
+  // Two clients of one server, each through a relay; B's relay sends A's third message (same
+  // sequence number, same job secret, another connection) in place of B's own.
+  auto server_rx = std::make_shared<RecordingReceiver>();
+  auto server = create_transport("tcp", server_rx, secure_options("the-real-job-secret-0001"));
+  const std::string address = server->listen("127.0.0.1:0");
+  CapturedFrame captured;
+  const int at = kHandshakeFrames + kTampered;
+  Relay relay_a(address, Tamper::kCapture, at, &captured);
+  Relay relay_b(address, Tamper::kSplice, at, &captured);
+  auto rx_a = std::make_shared<RecordingReceiver>();
+  auto rx_b = std::make_shared<RecordingReceiver>();
+  auto client_a = create_transport("tcp", rx_a, secure_options("the-real-job-secret-0001"));
+  auto client_b = create_transport("tcp", rx_b, secure_options("the-real-job-secret-0001"));
+  auto conn_a = client_a->connect(relay_a.address());
+  auto conn_b = client_b->connect(relay_b.address());
+  std::vector<std::byte> payload = pattern(kPayloadBytes, 1);
+  ConstBuffer b{payload.data(), payload.size()};
+  for (int i = 0; i < kSent; ++i) {
+    conn_a->send(bytes_of("A " + header_of(i)), {&b, 1}, [](const Status&) {});
+    conn_b->send(bytes_of("B " + header_of(i)), {&b, 1}, [](const Status&) {});
+  }
+  ASSERT_TRUE(server_rx->wait_closed(1, 10s));
+  ASSERT_TRUE(server_rx->wait_messages(kSent + kTampered, 10s));
+  std::this_thread::sleep_for(100ms);
+  auto closed = server_rx->closed();
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].why.code(), ErrorCode::kAuthentication) << closed[0].why.message();
+  EXPECT_NE(closed[0].why.message().find("failed authentication"), std::string::npos)
+      << closed[0].why.message();
+  int from_a = 0, from_b = 0;
+  for (const auto& m : server_rx->messages()) {
+    if (m.header.starts_with("A ")) EXPECT_EQ(m.header, "A " + header_of(from_a++));
+    if (m.header.starts_with("B ")) EXPECT_EQ(m.header, "B " + header_of(from_b++));
+  }
+  EXPECT_EQ(from_a, kSent) << "the connection the frame was taken from is untouched";
+  EXPECT_EQ(from_b, kTampered) << "nothing from the spliced frame on";
+  client_a->shutdown();
+  client_b->shutdown();
+  server->shutdown();
 }
 
 TEST(SecureHandshake, SilentPeerIsClosedAtTheDeadline) {
