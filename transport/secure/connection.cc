@@ -298,7 +298,13 @@ void SecureConnection::on_closed_on_loop(const Status& why) {
     was_handshake = state_ == State::kHandshake;
     explained = !failure_.ok();
     state_ = State::kClosed;
-    if (failure_.ok() && !announced_) {
+    if (failure_.ok() && !announced_ && have_keys_) {
+      // The peer answered HELLO and closed before its CONFIRM: it found ours wrong. (Over UCX
+      // its close can overtake its CONFIRM, so this side may not see the CONFIRM itself.)
+      failure_ = Status(ErrorCode::kAuthentication,
+                        "the peer closed the connection before proving the job secret (" +
+                            why.message() + "): it holds another job secret");
+    } else if (failure_.ok() && !announced_) {
       failure_ = Status(why.ok() ? ErrorCode::kConnectionClosed : why.code(),
                         "the connection closed during the secure handshake (" + why.message() +
                             "): the peer may hold another job secret or not run in secure mode");

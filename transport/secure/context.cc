@@ -24,9 +24,10 @@ void SecureContext::start() {
   reaper_ = std::thread([this] { reap(); });
 }
 
-void SecureContext::shutdown() {
+void SecureContext::shutdown(bool release_upper) {
   {
     std::lock_guard lock(mutex_);
+    if (release_upper) upper_.reset();
     stopping_ = true;
     connections_.clear();
     early_.clear();
@@ -51,8 +52,8 @@ void SecureContext::reap() {
       continue;
     }
     auto first = deadlines_.begin();
-    if (std::chrono::steady_clock::now() < first->first) {
-      cv_.wait_until(lock, first->first);
+    if (const auto when = first->first; std::chrono::steady_clock::now() < when) {
+      cv_.wait_until(lock, when);  // a copy: the entry may be gone when this wakes
       continue;
     }
     auto weak = std::move(first->second);
@@ -218,8 +219,9 @@ void SecureTransport::register_memory(MutableBuffer region) {
 }
 
 void SecureTransport::shutdown() {
-  if (inner_) inner_->shutdown();
-  ctx_->shutdown();
+  const bool on_loop = inner_->on_progress_thread();
+  inner_->shutdown();
+  ctx_->shutdown(/*release_upper=*/!on_loop);
 }
 
 }  // namespace psrt::transport::secure

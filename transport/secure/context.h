@@ -38,8 +38,10 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   ~SecureContext() override;
 
   void start();
-  // Stops the timer thread and lets go of the caller's receiver. After the backend's shutdown.
-  void shutdown();
+  // Stops the timer thread. After the backend's shutdown (no callback runs any more), with
+  // `release_upper` it also lets go of the caller's receiver, which breaks the cycle receiver ->
+  // its connections -> this -> receiver.
+  void shutdown(bool release_upper = false);
 
   // The backend's callbacks (progress thread).
   void on_connected(const std::shared_ptr<Connection>& conn) override;
