@@ -147,8 +147,7 @@ Placement SecureConnection::place_on_loop(std::span<const std::byte> header,
                                           std::size_t payload_size) {
   if (dead_) throw Error(ErrorCode::kConnectionClosed, "connection is closing");
   auto refuse_message = [&](ErrorCode code, const std::string& why) {
-    dead_ = true;
-    PSRT_LOG_WARN("secure: closing connection {} with {}: {}", id(), peer(), why);
+    dead_ = true;  // the backend logs the reason and closes the connection
     {
       std::lock_guard lock(state_mutex_);
       if (failure_.ok()) failure_ = Status(code, why);
