@@ -445,6 +445,33 @@ TEST(SecureMitm, PlainModeDeliversWhatTheRelayAltered) {
                pattern(kPayloadBytes, static_cast<std::uint32_t>(kTampered)));
 }
 
+TEST(SecureMitm, AlteredHandshakeFailsTheConnect) {
+  // Frame 0 is the client's HELLO (its nonce), frame 1 its CONFIRM (the HMAC).
+  for (int frame : {0, 1}) {
+    auto server_rx = std::make_shared<RecordingReceiver>();
+    auto server = create_transport("tcp", server_rx, secure_options("the-real-job-secret-0001"));
+    Relay relay(server->listen("127.0.0.1:0"), Tamper::kFlipHeader, frame);
+    auto client_rx = std::make_shared<RecordingReceiver>();
+    auto client = create_transport("tcp", client_rx, secure_options("the-real-job-secret-0001"));
+    std::shared_ptr<Connection> conn;
+    try {
+      conn = client->connect(relay.address());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kAuthentication) << e.what();
+      EXPECT_NE(std::string(e.what()).find("job secret"), std::string::npos) << e.what();
+    }
+    // An altered HELLO gives the two ends different keys: neither CONFIRM verifies. An altered
+    // CONFIRM of the client fails only at the server: the client, which verified the server's,
+    // may have connected and sees the connection closed at once.
+    if (frame == 0) EXPECT_FALSE(conn) << "an altered HELLO must not connect";
+    if (conn) EXPECT_TRUE(client_rx->wait_closed(1, 5s));
+    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(server_rx->connected().empty()) << "frame " << frame;
+    client->shutdown();
+    server->shutdown();
+  }
+}
+
 TEST(SecureMitm, FrameFromAnotherConnectionIsRefused) {
   // Two clients of one server, each through a relay; B's relay sends A's third message (same
   // sequence number, same job secret, another connection) in place of B's own.
