@@ -6,7 +6,9 @@
 // secret. An end that receives a CONFIRM it cannot verify closes the connection; the connection
 // is handed upward (Receiver::on_connected, connect() returns) only after the peer's CONFIRM
 // checks out. The two ends are told apart by the order of their nonces, so the handshake is the
-// same on both sides; equal nonces (a reflected HELLO) are refused.
+// same on both sides; equal nonces (a reflected HELLO) are refused. (When only one end's CONFIRM
+// fails, e.g. altered on the way, the other end may already have handed the connection upward;
+// it then sees it closed at once, before any message of it was accepted.)
 //
 //   handshake message (header only, 40 bytes, little-endian)
 //   0   4  magic 'PSSC' (0x43535350)
