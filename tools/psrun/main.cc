@@ -72,7 +72,7 @@ int run(const Args& a) {
   sc.transport = transport;
   sc.listen = fmt::format("127.0.0.1:{}", a.port);
   sc.secret = secret;
-  sc.secure = a.secure;
+  sc.secure = a.secure || runtime::env_bool("PSRT_SECURE");
   sc.num_servers = static_cast<std::uint32_t>(a.servers);
   sc.num_workers = static_cast<std::uint32_t>(a.workers);
   sc.partition_bytes = a.partition_bytes;
@@ -85,7 +85,7 @@ int run(const Args& a) {
       {"PSRT_SCHEDULER", scheduler.address()},
       {"PSRT_TRANSPORT", transport},
       {"PSRT_SECRET", secret},
-      {"PSRT_SECURE", a.secure ? "1" : "0"},
+      {"PSRT_SECURE", sc.secure ? "1" : "0"},
       {"PSRT_NUM_WORKERS", std::to_string(a.workers)},
       {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
       {"PSRT_MODE", a.mode},
@@ -130,7 +130,7 @@ int run(const Args& a) {
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
-                a.servers, transport, a.secure ? " (secure)" : "", a.mode, scheduler.address());
+                a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
   auto backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
