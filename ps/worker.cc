@@ -78,6 +78,7 @@ Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
   transport::Options topts;
   topts.connect_timeout = options_.connect_timeout;
   topts.spin = options_.spin;
+  if (options_.secure) topts.secure_secret = options_.secret;
   transport_ = transport::create_transport(options_.transport, endpoint_, topts);
   try {
     const auto wanted = options_.rank < 0 ? ps::kAnyRank : static_cast<std::uint32_t>(options_.rank);

@@ -19,6 +19,9 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SCHEDULER", "", "server, worker", "host:port of the scheduler"},
       {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
       {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication"},
+      {"PSRT_SECURE", "0", "all",
+       "1 = secure mode (psrun --secure): every message sealed with AES-256-GCM under "
+       "per-connection keys from PSRT_SECRET"},
       {"PSRT_HOST", "127.0.0.1", "server", "address servers listen on"},
       {"PSRT_MODE", "sync", "server", "sync | async | ssp"},
       {"PSRT_STALENESS", "0", "server", "ssp: max rounds a worker may run ahead of the slowest"},

@@ -39,7 +39,9 @@ Scheduler::Scheduler(SchedulerConfig config)
   }
   endpoint_ = std::make_shared<ps::Endpoint>(config_.secret, ps::Role::kScheduler, ps::Limits{});
   endpoint_->set_handler(this);
-  transport_ = transport::create_transport(config_.transport, endpoint_);
+  transport::Options topts;
+  if (config_.secure) topts.secure_secret = config_.secret;
+  transport_ = transport::create_transport(config_.transport, endpoint_, topts);
   address_ = transport_->listen(config_.listen);
   monitor_ = std::thread([this] { monitor(); });
 }

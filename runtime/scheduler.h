@@ -42,6 +42,7 @@ struct SchedulerConfig {
   std::string checkpoint_dir;  // MANIFEST lives here; resume from its latest complete round
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds rendezvous_timeout{120'000};
+  bool secure = false;  // psrun --secure: every message sealed with keys from the secret
 };
 
 class Scheduler final : public ps::Handler {

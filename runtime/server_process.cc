@@ -91,6 +91,7 @@ int run_server_from_env() {
   topts.max_payload_bytes = partition + ps::kMaxControlBytes;
   topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
   topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
+  if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
   server.set_transport(*transport);
   const auto address = transport->listen(env_string("PSRT_HOST") + ":0");

@@ -21,6 +21,7 @@ Worker Worker::from_env() {
   o.heartbeat = env_ms("PSRT_HEARTBEAT_MS");
   o.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   o.cuda_ipc = env_bool("PSRT_CUDA_IPC");
+  o.secure = env_bool("PSRT_SECURE");
   return join(o);
 }
 

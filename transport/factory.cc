@@ -1,6 +1,7 @@
 #include "transport/factory.h"
 
 #include "psrt/config.h"
+#include "transport/secure/factory.h"
 #include "transport/tcp/factory.h"
 #if PSRT_HAVE_UCX
 #include "transport/ucx/factory.h"
@@ -18,6 +19,12 @@ std::vector<std::string> available_backends() {
 
 std::unique_ptr<Transport> create_transport(std::string_view name,
                                             std::shared_ptr<Receiver> receiver, Options options) {
+  if (!options.secure_secret.empty()) {
+    return secure::create(std::move(receiver), std::move(options),
+                          [name = std::string(name)](std::shared_ptr<Receiver> rx, Options o) {
+                            return create_transport(name, std::move(rx), std::move(o));
+                          });
+  }
   if (name == "tcp") return tcp::create(std::move(receiver), options);
 #if PSRT_HAVE_UCX
   if (name == "ucx") return ucx::create(std::move(receiver), options);

@@ -36,6 +36,9 @@ struct Options {
   std::size_t max_payload_bytes = std::size_t{1} << 31;
   // The progress thread busy-polls this long after its last event before it sleeps.
   std::chrono::microseconds spin{100};
+  // Non-empty: the secure mode (transport/secure/): each connection proves this job secret in a
+  // handshake and every message is sealed with AES-256-GCM under keys of that connection.
+  std::string secure_secret;
 };
 
 // Completion of one send. Runs exactly once, on the progress thread.

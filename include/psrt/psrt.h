@@ -109,6 +109,7 @@ struct WorkerOptions {
   std::chrono::milliseconds heartbeat{1'000};         // PSRT_HEARTBEAT_MS
   std::chrono::microseconds spin{100};                // PSRT_SPIN_US
   bool cuda_ipc = true;  // PSRT_CUDA_IPC: share GPU buffers with CUDA servers on this host
+  bool secure = false;   // PSRT_SECURE: seal every message with keys from the secret
 };
 
 class Worker {

@@ -97,6 +97,43 @@ TEST_P(JobTest, BadInputIsRefusedAndOthersFinishExactly) {
 INSTANTIATE_TEST_SUITE_P(Backends, JobTest,
                          ::testing::ValuesIn(psrt::transport::available_backends()));
 
+// The secure mode (psrun --secure): every message sealed; the job is as exact as without it.
+class SecureJob : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SecureJob, SyncRoundsEqualTheClosedFormExactly) {
+  auto r = psrun(
+      "", "--secure --transport " + GetParam() + " -n 4 -s 2 --lr 1 --partition-bytes 1048576",
+      "exact --rounds 3 --sizes 1,7,1000,4099,1048579,8388609");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 4) << r.out;
+  EXPECT_EQ(r.count("transport " + GetParam() + " (secure)"), 1) << r.out;
+  EXPECT_EQ(r.count("secure: closing"), 0) << r.out;
+}
+
+TEST_P(SecureJob, ProcessWithoutTheSecureModeCannotJoin) {
+  // The worker runs with PSRT_SECURE=0: it speaks plain to the secure scheduler.
+  auto log = scratch("plain_worker.txt");
+  std::string cmd = PSRUN_PATH " --secure --transport " + GetParam() +
+                    " -n 1 -- env PSRT_SECURE=0 " PS_WORKER_PATH
+                    " exact --rounds 1 --sizes 1000 > " +
+                    log.string() + " 2>&1";
+  auto start = std::chrono::steady_clock::now();
+  int status = std::system(cmd.c_str());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ::Run plain{WIFEXITED(status) ? WEXITSTATUS(status) : 128, ss.str(), seconds};
+  EXPECT_NE(plain.rc, 0) << plain.out;
+  EXPECT_EQ(plain.count("PASS exact"), 0) << plain.out;
+  EXPECT_GE(plain.count("both ends must run in secure mode"), 1) << plain.out;
+  EXPECT_LT(plain.seconds, 30) << plain.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SecureJob,
+                         ::testing::ValuesIn(psrt::transport::available_backends()));
+
 TEST(Job, AsyncAppliesEveryPushOnce) {
   auto r = psrun("", "--transport tcp -n 4 --mode async --lr 1", "async --rounds 20 --sizes 4099");
   EXPECT_EQ(r.rc, 0) << r.out;

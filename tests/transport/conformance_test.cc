@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -27,7 +28,7 @@ namespace {
 class TransportConformance : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Transport> make(std::shared_ptr<Receiver> rx, Options options = {}) {
-    return create_transport(GetParam(), std::move(rx), options);
+    return create_for_test(GetParam(), std::move(rx), options);
   }
 
   // A server transport listening on loopback and a client connected to it.
@@ -615,8 +616,12 @@ TEST_P(TransportConformance, IdleTransportDoesNotBurnACore) {
   EXPECT_LT(std::chrono::steady_clock::now() - sent, 500ms) << "a sleeping loop wakes for work";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransportConformance, ::testing::ValuesIn(available_backends()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, TransportConformance, ::testing::ValuesIn(test_backends()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace psrt::transport::testing

@@ -11,11 +11,35 @@
 #include <string>
 #include <vector>
 
+#include "transport/factory.h"
 #include "transport/transport.h"
 
 namespace psrt::transport::testing {
 
 using namespace std::chrono_literals;
+
+// The suites run against every built backend, plain and in the secure mode ("tcp+secure").
+inline constexpr std::string_view kSecureSuffix = "+secure";
+inline constexpr const char* kTestSecret = "transport-test-secret-0123456789";
+
+inline std::vector<std::string> test_backends() {
+  std::vector<std::string> all;
+  for (const auto& b : available_backends()) {
+    all.push_back(b);
+    all.push_back(b + std::string(kSecureSuffix));
+  }
+  return all;
+}
+
+// Creates the backend a suite parameter names; "+secure" seals it with kTestSecret.
+inline std::unique_ptr<Transport> create_for_test(std::string name, std::shared_ptr<Receiver> rx,
+                                                  Options options = {}) {
+  if (name.ends_with(kSecureSuffix)) {
+    name.resize(name.size() - kSecureSuffix.size());
+    options.secure_secret = kTestSecret;
+  }
+  return create_transport(name, std::move(rx), options);
+}
 
 inline std::vector<std::byte> pattern(std::size_t size, std::uint32_t seed) {
   std::vector<std::byte> v(size);

@@ -1,5 +1,5 @@
 // A peer process for the conformance suite's kill tests:
-//   transport_test_peer <backend> source <address>   connect and stream 64 MiB messages
+//   transport_test_peer <backend>[+secure] source <address>   connect and stream 64 MiB messages
 //   transport_test_peer <backend> sink <address>     connect and receive whatever comes
 //   transport_test_peer <backend> stall <address>    connect, then never take a payload in
 // Either way it prints "CONNECTED" once connected and stops by itself after 60 s.
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/factory.h"
+#include "harness.h"
 
 using namespace psrt;
 using namespace psrt::transport;
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   }
   std::string mode = argv[2];
   auto rx = std::make_shared<Sink>(mode == "stall");
-  auto t = create_transport(argv[1], rx);
+  auto t = testing::create_for_test(argv[1], rx);
   auto conn = t->connect(argv[3]);
   std::printf("CONNECTED\n");
   std::fflush(stdout);

@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tr->add_option("--listen", tc.listen, "be the passive side on HOST:PORT (for two hosts)");
   tr->add_option("--connect", tc.connect, "measure against a passive side at HOST:PORT");
+  tr->add_flag("--secure", tc.secure,
+               "the secure mode on both sides (secret: PSRT_SECRET, else a fresh one)");
 
   psrt::bench::PushPullConfig pc;
   auto* pp = app.add_subcommand(
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
   peer->add_option("--listen", peer_listen);
   std::size_t peer_max_size = std::size_t{1} << 30;
   peer->add_option("--max-size", peer_max_size);
+  bool peer_secure = false;
+  peer->add_flag("--secure", peer_secure);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -107,7 +111,9 @@ int main(int argc, char** argv) {
     if (*tr) return psrt::bench::run_transport_bench(tc);
     if (*pp) return psrt::bench::run_pushpull_bench(pc);
     if (*kb) return psrt::bench::run_kernel_bench(kc);
-    if (*peer) return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size);
+    if (*peer)
+      return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size,
+                                             peer_secure);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";
     return 1;

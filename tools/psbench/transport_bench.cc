@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <iostream>
@@ -14,6 +15,7 @@
 
 #include "base/log.h"
 #include "peer_process.h"
+#include "ps/auth.h"
 #include "transport/factory.h"
 #include "transport/wire.h"
 
@@ -243,6 +245,15 @@ class ClientReceiver final : public transport::Receiver {
   std::atomic<bool> finishing_{false};
 };
 
+// The secure mode's secret: PSRT_SECRET, else a fresh one put into PSRT_SECRET so that the peer
+// process started from here inherits it.
+std::string bench_secret() {
+  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) return s;
+  std::string secret = ps::generate_secret();
+  ::setenv("PSRT_SECRET", secret.c_str(), 1);
+  return secret;
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -253,10 +264,12 @@ double percentile(std::vector<double> v, double q) {
 }  // namespace
 
 int run_transport_peer(const std::string& transport_name, const std::string& listen_address,
-                       std::size_t max_size) {
+                       std::size_t max_size, bool secure) {
   log::set_prefix("psbench-peer");
   auto rx = std::make_shared<PeerReceiver>(max_size);
-  auto t = transport::create_transport(transport_name, rx);
+  transport::Options options;
+  if (secure) options.secure_secret = bench_secret();
+  auto t = transport::create_transport(transport_name, rx, options);
   rx->attach(*t);
   announce_listening(t->listen(listen_address));
   rx->wait();
@@ -269,16 +282,20 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
   std::size_t max_size = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   std::unique_ptr<PeerProcess> peer;
   std::string address = cfg.connect;
-  if (!cfg.listen.empty()) return run_transport_peer(cfg.transport, cfg.listen, max_size);
+  if (!cfg.listen.empty())
+    return run_transport_peer(cfg.transport, cfg.listen, max_size, cfg.secure);
+  transport::Options options;
+  if (cfg.secure) options.secure_secret = bench_secret();  // before the peer inherits it
   if (address.empty()) {
-    peer = std::make_unique<PeerProcess>(
-        std::vector<std::string>{"transport-peer", "--transport", cfg.transport, "--listen",
-                                 "127.0.0.1:0", "--max-size", std::to_string(max_size)},
-        std::chrono::seconds(30));
+    std::vector<std::string> args{
+        "transport-peer", "--transport", cfg.transport,           "--listen",
+        "127.0.0.1:0",    "--max-size",  std::to_string(max_size)};
+    if (cfg.secure) args.push_back("--secure");
+    peer = std::make_unique<PeerProcess>(args, std::chrono::seconds(30));
     address = peer->address();
   }
   auto rx = std::make_shared<ClientReceiver>(max_size);
-  auto t = transport::create_transport(cfg.transport, rx);
+  auto t = transport::create_transport(cfg.transport, rx, options);
   rx->attach(*t);
   auto conn = t->connect(address);
   int warmup = cfg.warmup >= 0 ? cfg.warmup : std::max(10, cfg.iters / 10);
@@ -288,6 +305,7 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
     out["bench"] = "transport";
     out["transport"] = cfg.transport;
     out["mode"] = cfg.mode;
+    out["secure"] = cfg.secure;
     out["size"] = size;
     out["iters"] = cfg.iters;
     if (cfg.mode == "lat") {

@@ -18,6 +18,7 @@ struct TransportBenchConfig {
   int window = 16;
   std::string listen;   // run as the passive side on this address (takes up to max(sizes))
   std::string connect;  // run as the active side against a peer started elsewhere
+  bool secure = false;  // the secure mode (both sides; the secret from PSRT_SECRET or fresh)
 };
 
 // Prints one JSON object per size on stdout. Returns the process exit code.
@@ -26,6 +27,6 @@ int run_transport_bench(const TransportBenchConfig& config);
 // The passive side: echoes pings, counts data, acknowledges batches, exits on BYE. Takes
 // payloads of up to `max_size` bytes.
 int run_transport_peer(const std::string& transport, const std::string& listen_address,
-                       std::size_t max_size);
+                       std::size_t max_size, bool secure);
 
 }  // namespace psrt::bench

@@ -40,6 +40,7 @@ struct Args {
   std::uint64_t checkpoint_every = 0;
   int port = 0;
   std::string secret_file;
+  bool secure = false;
   std::string launcher = "local";
   int server_threads = 1;
   std::string server_device = "cpu";
@@ -71,6 +72,7 @@ int run(const Args& a) {
   sc.transport = transport;
   sc.listen = fmt::format("127.0.0.1:{}", a.port);
   sc.secret = secret;
+  sc.secure = a.secure || runtime::env_bool("PSRT_SECURE");
   sc.num_servers = static_cast<std::uint32_t>(a.servers);
   sc.num_workers = static_cast<std::uint32_t>(a.workers);
   sc.partition_bytes = a.partition_bytes;
@@ -83,6 +85,7 @@ int run(const Args& a) {
       {"PSRT_SCHEDULER", scheduler.address()},
       {"PSRT_TRANSPORT", transport},
       {"PSRT_SECRET", secret},
+      {"PSRT_SECURE", sc.secure ? "1" : "0"},
       {"PSRT_NUM_WORKERS", std::to_string(a.workers)},
       {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
       {"PSRT_MODE", a.mode},
@@ -126,8 +129,8 @@ int run(const Args& a) {
   }
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}, mode {}, scheduler at {}", a.workers,
-                a.servers, transport, a.mode, scheduler.address());
+  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
+                a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
   auto backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
@@ -198,6 +201,9 @@ int main(int argc, char** argv) {
   app.add_option("--secret-file", a.secret_file,
                  "job secret (first line; the file must be private, chmod 600); default "
                  "PSRT_SECRET or a fresh random one");
+  app.add_flag("--secure", a.secure,
+               "seal every message of the job (AES-256-GCM, keys per connection from the job "
+               "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
   app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))

@@ -157,13 +157,17 @@ void UcxConnection::send(std::span<const std::byte> header, std::span<const Cons
   }
   op->header_len = kAmRouteBytes + header.size();
   std::memcpy(op->header.data() + kAmRouteBytes, header.data(), header.size());
-  if (ctx_->loop().in_loop()) {
+  // On the loop a send goes out at once, unless sends from other threads still wait in the
+  // loop's queue: it queues behind them, so a connection's messages leave in the order sent.
+  if (ctx_->loop().in_loop() && posted_sends_.load(std::memory_order_acquire) == 0) {
     issue_on_loop(std::move(op));
   } else {
     // Hand-off to the progress thread; the loop's wake-up is ucp_worker_signal.
     op->conn = shared_from_this();
+    posted_sends_.fetch_add(1, std::memory_order_acq_rel);
     ctx_->loop().post([op = op.release()] {
       auto conn = op->conn;
+      conn->posted_sends_.fetch_sub(1, std::memory_order_acq_rel);
       conn->issue_on_loop(std::unique_ptr<SendOp>(op));
     });
   }

@@ -76,6 +76,7 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   const std::uint64_t id_;
   const std::string peer_;
   std::atomic<bool> open_{true};
+  std::atomic<std::uint32_t> posted_sends_{0};  // sends handed to the loop, not issued yet
   // Loop thread only:
   std::uint64_t remote_id_ = 0;
   ucp_ep_h ep_ = nullptr;
