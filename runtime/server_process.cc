@@ -65,6 +65,7 @@ int run_server_from_env() {
   const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
 
+  config.partition_bytes = partition;
   ps::Server server(config);
   ps::Requests requests;
   std::shared_ptr<ps::Peer> scheduler;
