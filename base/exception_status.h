@@ -20,8 +20,9 @@ inline Status current_exception_status(const std::string& where) {
     return Status(e.code(), where + ": " + e.what());
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kSystem,
-                  where + ": out of memory (an allocation failed; check the process's memory "
-                          "limits, e.g. ulimit -v)");
+                  where +
+                      ": out of memory (an allocation failed; check the process's memory "
+                      "limits, e.g. ulimit -v)");
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal, where + ": unexpected exception: " + e.what());
   } catch (...) {

@@ -119,8 +119,8 @@ class Endpoint final : public transport::Receiver {
 
  private:
   // place() and on_message() proper; the public ones turn any exception into a refusal.
-  transport::Placement place_checked(transport::Connection& conn,
-                                     std::span<const std::byte> header, std::size_t payload_size);
+  transport::Placement place_checked(transport::Connection& conn, std::span<const std::byte> header,
+                                     std::size_t payload_size);
   void deliver(transport::Connection& conn, std::span<const std::byte> header,
                const transport::Placement& placement);
   // An exception other than psrt::Error escaped a handler: ERROR(why) to the peer, then close.

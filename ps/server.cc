@@ -112,8 +112,7 @@ void Server::check_init_slice(const Header& h) const {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
                              "it as [{}, +{}): init the slices LOCATE returned",
-                             h.key, h.arg0, h.offset, h.count, h.total, want->offset,
-                             want->count));
+                             h.key, h.arg0, h.offset, h.count, h.total, want->offset, want->count));
 }
 
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
@@ -231,8 +230,8 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       std::vector<std::uint32_t> ranks;
       // Refused with an ERROR the scheduler acts on; the members stay as they were.
       if (Status s = decode_ranks(payload, ranks); !s.ok())
-        return peer.send_error(h.request_id, s.code(),
-                               "membership change refused: " + s.message(), false);
+        return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
+                               false);
       set_members(ranks);
       Header ack;
       ack.type = MsgType::kMembershipAck;
@@ -344,10 +343,11 @@ std::string Server::bad_grads(const Slice& s, const Update& u) {
   for (std::size_t i = 0; i < u.grads.size(); ++i) {
     const GradBuf& g = u.grads[i];
     if (g.dtype != dtype || g.size != s.count * wire_size(dtype))
-      return fmt::format("key {} slice {}: the gradient of worker {} is {} bytes of {}, but the "
-                         "update reads {} bytes of {}",
-                         s.key, s.index, u.ranks[i], g.size, to_string(g.dtype),
-                         s.count * wire_size(dtype), to_string(dtype));
+      return fmt::format(
+          "key {} slice {}: the gradient of worker {} is {} bytes of {}, but the "
+          "update reads {} bytes of {}",
+          s.key, s.index, u.ranks[i], g.size, to_string(g.dtype), s.count * wire_size(dtype),
+          to_string(dtype));
   }
   return {};
 }

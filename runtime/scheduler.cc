@@ -356,10 +356,11 @@ void Scheduler::monitor() {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_tick > kTick + std::min<std::chrono::steady_clock::duration>(
                                       config_.heartbeat_timeout / 2, std::chrono::seconds(1))) {
-      PSRT_LOG_WARN("the scheduler did not run for {} ms; every peer gets a fresh {} ms before "
-                    "it is declared lost",
-                    std::chrono::duration_cast<std::chrono::milliseconds>(now - last_tick).count(),
-                    config_.heartbeat_timeout.count());
+      PSRT_LOG_WARN(
+          "the scheduler did not run for {} ms; every peer gets a fresh {} ms before "
+          "it is declared lost",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - last_tick).count(),
+          config_.heartbeat_timeout.count());
       started += now - last_tick;  // nor does the rendezvous deadline count the pause
       resumed = now;
     }

@@ -170,8 +170,8 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
         outcome.error = "cannot run " + quoted(command) + ": " + std::strerror(error);
         break;
       case kStepDeathSignal:
-        outcome.error =
-            "cannot start " + quoted(command) + ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
+        outcome.error = "cannot start " + quoted(command) +
+                        ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
         break;
       case kStepSetpgid:
         outcome.error = "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);

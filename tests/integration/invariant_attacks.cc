@@ -61,9 +61,7 @@ class Client final : public ps::Handler {
                   const transport::Placement&) override {
     requests.complete(peer, h, payload);
   }
-  void on_peer_closed(ps::Peer& peer, const Status& why) override {
-    requests.fail_peer(peer, why);
-  }
+  void on_peer_closed(ps::Peer& peer, const Status& why) override { requests.fail_peer(peer, why); }
   ps::Requests requests;
 };
 
@@ -234,9 +232,9 @@ void run_invariant_attack(const std::string& which) {
     const ConstBuffer f32{zeros.data(), zeros.size() * sizeof(float)};
     const ConstBuffer f16{zeros.data(), zeros.size() * 2};
     auto direct = server(servers[s.server], s.server);
-    Status init = exchange(client, *direct,
-                           data_header(ps::MsgType::kInit, ps::WireType::kF32, 1, s, kTotal), f32,
-                           "INIT of key 1");
+    Status init =
+        exchange(client, *direct, data_header(ps::MsgType::kInit, ps::WireType::kF32, 1, s, kTotal),
+                 f32, "INIT of key 1");
     expect(init.ok(), "key 1 initialised: " + init.message());
 
     // The f32 push: its header and half of its payload reach the server, which places it.
@@ -252,9 +250,9 @@ void run_invariant_attack(const std::string& which) {
     std::this_thread::sleep_for(200ms);  // the server has read what arrived
 
     // The f16 push of the same slice, complete, while the f32 one is still arriving.
-    Status mixed = exchange(client, *direct,
-                            data_header(ps::MsgType::kPush, ps::WireType::kF16, 1, s, kTotal),
-                            f16, "f16 PUSH of key 1");
+    Status mixed =
+        exchange(client, *direct, data_header(ps::MsgType::kPush, ps::WireType::kF16, 1, s, kTotal),
+                 f16, "f16 PUSH of key 1");
     expect(!mixed.ok() && has(mixed.message(), "is pushed as f32 by one worker and f16") &&
                has(mixed.message(), "push a key in one dtype"),
            "mixed dtype refused: " + mixed.message());
@@ -300,8 +298,9 @@ void run_invariant_attack(const std::string& which) {
       return std::make_tuple(peer, rank, error);
     };
     auto [high, high_rank, high_error] = join(0xfffffffeu);
-    expect(high_rank == ps::kAnyRank && has(high_error, "worker rank 4294967294 is above the limit"),
-           "rank 0xfffffffe refused: " + high_error);
+    expect(
+        high_rank == ps::kAnyRank && has(high_error, "worker rank 4294967294 is above the limit"),
+        "rank 0xfffffffe refused: " + high_error);
     auto [next, next_rank, next_error] = join(ps::kAnyRank);
     expect(next_error.empty() && next_rank == 3,
            "the next joiner got rank " + std::to_string(next_rank) + " " + next_error);
@@ -319,13 +318,13 @@ void run_invariant_attack(const std::string& which) {
     const std::uint64_t total = partition / sizeof(float);
     const auto s = locate(3, total).at(0);
     expect(s.count == total, "key 3 is one slice of " + std::to_string(partition) + " bytes");
-    void* zeros = ::mmap(nullptr, partition, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                         -1, 0);
+    void* zeros =
+        ::mmap(nullptr, partition, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     expect(zeros != MAP_FAILED, "mapped the payload");
     auto peer = server(servers[s.server], s.server);
-    Status big = exchange(client, *peer,
-                          data_header(ps::MsgType::kInit, ps::WireType::kF32, 3, s, total),
-                          {zeros, partition}, "INIT of key 3");
+    Status big =
+        exchange(client, *peer, data_header(ps::MsgType::kInit, ps::WireType::kF32, 3, s, total),
+                 {zeros, partition}, "INIT of key 3");
     expect(!big.ok() && has(big.message(), "out of memory"),
            "an INIT the server cannot allocate is refused: " + big.message());
     ::munmap(zeros, partition);

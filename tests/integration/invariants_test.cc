@@ -54,7 +54,8 @@ std::string slurp(const fs::path& p) {
 
 int count(const std::string& text, const std::string& needle) {
   int n = 0;
-  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1))
+    ++n;
   return n;
 }
 
@@ -112,9 +113,9 @@ TEST(Invariants, MixedDtypesInOneRoundAreRefusedAndWeightsStayExact) {
 TEST(Invariants, InitOutsideTheShardMapIsRefused) {
   auto r = psrun("", kAttackJob, "invariants --case init --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
-  for (const char* check : {"OK INIT of half a slice refused", "OK INIT of a slice past the last refused",
-                            "OK INIT at another offset refused",
-                            "OK INIT of the shard map's slice accepted"})
+  for (const char* check :
+       {"OK INIT of half a slice refused", "OK INIT of a slice past the last refused",
+        "OK INIT at another offset refused", "OK INIT of the shard map's slice accepted"})
     EXPECT_EQ(count(r.out, check), 1) << check << "\n" << r.out;
   EXPECT_EQ(count(r.out, "PASS invariants"), 3) << r.out;
 }
@@ -161,9 +162,9 @@ class RefusingServer final : public ps::Handler {
       return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
                              "this server refuses every membership change", false);
     if (h.type == ps::MsgType::kShutdown)
-      return requests.fail_all(Status(ErrorCode::kCancelled,
-                                      std::string(reinterpret_cast<const char*>(payload.data()),
-                                                  payload.size())));
+      return requests.fail_all(
+          Status(ErrorCode::kCancelled,
+                 std::string(reinterpret_cast<const char*>(payload.data()), payload.size())));
     requests.complete(peer, h, payload);
   }
   void on_peer_closed(ps::Peer& peer, const Status& why) override { requests.fail_peer(peer, why); }
@@ -185,7 +186,8 @@ TEST(Invariants, RefusedMembershipChangeStopsTheJobNamingTheServer) {
   worker_ep->set_handler(&worker);
   auto worker_t = transport::create_transport("tcp", worker_ep);
 
-  auto to_sched = server_ep->connect(*server_t, scheduler.address(), 0, ps::Role::kScheduler, 0, 10s);
+  auto to_sched =
+      server_ep->connect(*server_t, scheduler.address(), 0, ps::Role::kScheduler, 0, 10s);
   ps::Header reg;
   reg.type = ps::MsgType::kRegister;
   reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
@@ -209,8 +211,7 @@ TEST(Invariants, RefusedMembershipChangeStopsTheJobNamingTheServer) {
   EXPECT_EQ(ended.code(), ErrorCode::kInvalidArgument) << ended.message();
   EXPECT_NE(ended.message().find("a membership change failed"), std::string::npos)
       << ended.message();
-  EXPECT_NE(ended.message().find("this server refuses every membership change"),
-            std::string::npos)
+  EXPECT_NE(ended.message().find("this server refuses every membership change"), std::string::npos)
       << ended.message();
   // The worker was not admitted: it hears that the job stopped, with the cause.
   EXPECT_NE(worker_error.find("refuses every membership change"), std::string::npos)
@@ -289,7 +290,8 @@ class Background {
              const std::string& worker_args)
       : log_(scratch("bg.txt")) {
     std::string cmd;
-    for (const auto& [k, v] : env) cmd += k + "=" + v + " ";
+    for (const auto& [k, v] : env)
+      cmd += k + "=" + v + " ";
     cmd += "exec " PSRUN_PATH " " + args + " -- " PS_WORKER_PATH " " + worker_args + " > " +
            log_.string() + " 2>&1";
     pid_ = ::fork();
@@ -305,17 +307,19 @@ class Background {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
-    for (pid_t c : children_) ::kill(c, SIGKILL);
+    for (pid_t c : children_)
+      ::kill(c, SIGKILL);
   }
   pid_t pid() const { return pid_; }
   // psrun's children once there are `n` of them (empty on timeout).
   std::vector<pid_t> wait_children(std::size_t n, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
-      std::istringstream in(slurp("/proc/" + std::to_string(pid_) + "/task/" +
-                                  std::to_string(pid_) + "/children"));
+      std::istringstream in(
+          slurp("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children"));
       std::vector<pid_t> pids;
-      for (pid_t p; in >> p;) pids.push_back(p);
+      for (pid_t p; in >> p;)
+        pids.push_back(p);
       if (pids.size() >= n) {
         children_ = pids;
         return pids;
@@ -349,8 +353,8 @@ bool gone(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
   const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
   const auto paren = stat.rfind(')');
-  return stat.empty() || (paren != std::string::npos && paren + 2 < stat.size() &&
-                          stat[paren + 2] == 'Z');
+  return stat.empty() ||
+         (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
 }
 
 TEST(InvariantsFault, ChildrenDieWithAKilledPsrun) {
@@ -396,8 +400,8 @@ TEST(InvariantsFault, OutOfMemoryOnAServerRefusesThatMessageOnly) {
   // Every process runs under a 1 GiB address-space limit; rank 0 INITs a slice of 1 GiB (the
   // partition size): the server cannot allocate it. Before: std::bad_alloc escaped the
   // progress thread, the server aborted and the job died.
-  auto r = psrun("ulimit -S -v 1048576 &&",
-                 kAttackJob + " --partition-bytes 1073741824", "invariants --case oom --rounds 5");
+  auto r = psrun("ulimit -S -v 1048576 &&", kAttackJob + " --partition-bytes 1073741824",
+                 "invariants --case oom --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(count(r.out, "OK an INIT the server cannot allocate is refused"), 1) << r.out;
   EXPECT_EQ(count(r.out, "PASS invariants"), 3) << r.out;

@@ -61,7 +61,8 @@ Args parse(int argc, char** argv) {
     if (k == "--rounds") a.rounds = std::stoi(v);
     else if (k == "--kill-after") a.kill_after = std::stoi(v);
     else if (k == "--stop-file") a.stop_file = v;
-    else if (k == "--case") a.attack_case = v;
+    else if (k == "--case")
+      a.attack_case = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
     else if (k == "--sizes") {

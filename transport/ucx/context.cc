@@ -5,8 +5,8 @@
 
 #include <cstring>
 
-#include "base/host.h"
 #include "base/exception_status.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "transport/ucx/check.h"
 #include "transport/ucx/connection.h"
@@ -118,8 +118,7 @@ ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header
   // An exception must not unwind through UCX: the connection paths catch their own; this is the
   // last resort (e.g. no memory for a receive request), and the message is dropped.
   try {
-    return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length,
-                                                        param);
+    return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length, param);
   } catch (...) {
     PSRT_LOG_ERROR("ucx: dropping an active message: {}",
                    current_exception_status("cannot receive it").message());
