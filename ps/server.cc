@@ -99,10 +99,31 @@ Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
   return *s;
 }
 
+namespace {
+
+// True when the checkpoint manifest in `dir` places slice h.arg0 of key h.key as [h.offset,
+// +h.count) of h.total.
+bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header& h) {
+  if (dir.empty() || num_servers == 0) return false;
+  try {
+    ShardMap map(num_servers, 4);
+    if (!read_manifest(dir, map) || map.total(h.key) != h.total) return false;
+    for (const auto& s : *map.find(h.key))
+      if (s.index == h.arg0) return s.offset == h.offset && s.count == h.count;
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+}  // namespace
+
 void Server::check_init_slice(const Header& h) const {
   // A resumed slice is checked against its checkpoint file instead (its cut may be older).
   if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
   const auto want = slice_bounds(h.total, config_.partition_bytes, h.arg0);
+  if ((!want || want->offset != h.offset || want->count != h.count) &&
+      in_manifest(config_.checkpoint_dir, config_.num_servers, h))
+    return;  // cut by an earlier run with another --partition-bytes, not resumed yet
   if (!want)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} of {} elements: the shard map has no such "

@@ -45,6 +45,9 @@ struct ServerConfig {
   // The job's --partition-bytes: an INIT must be a slice of the shard map's cut of its key
   // (ps::slice_bounds). 0: not checked.
   std::size_t partition_bytes = 0;
+  // The job's servers: an INIT the cut refuses is still taken when the checkpoint manifest
+  // (written for this many servers) places the slice so.
+  std::uint32_t num_servers = 0;
 };
 
 class Server final : public Handler {

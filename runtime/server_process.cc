@@ -66,6 +66,7 @@ int run_server_from_env() {
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
 
   config.partition_bytes = partition;
+  config.num_servers = static_cast<std::uint32_t>(env_int("PSRT_NUM_SERVERS", 1, 1 << 20));
   ps::Server server(config);
   ps::Requests requests;
   std::shared_ptr<ps::Peer> scheduler;

@@ -120,6 +120,20 @@ TEST(Invariants, InitOutsideTheShardMapIsRefused) {
   EXPECT_EQ(count(r.out, "PASS invariants"), 3) << r.out;
 }
 
+TEST(Invariants, InitOfACutFromTheCheckpointManifestIsAccepted) {
+  // The first run stops before any checkpoint round completes, so the second one (another
+  // --partition-bytes, same directory) does not resume but keeps the manifest's cut: its INITs
+  // differ from this run's cut and are taken because the manifest places them so.
+  auto dir = scratch("manifest_cut");
+  const std::string args = "--transport tcp -n 2 --lr 1 --checkpoint-every 100 --checkpoint-dir " +
+                           dir.string() + " --partition-bytes ";
+  auto first = psrun("", args + "4096", "exact --rounds 2 --sizes 7,5000");
+  ASSERT_EQ(first.rc, 0) << first.out;
+  auto second = psrun("", args + "8192", "exact --rounds 2 --sizes 7,5000");
+  EXPECT_EQ(second.rc, 0) << second.out;
+  EXPECT_EQ(count(second.out, "PASS exact"), 2) << second.out;
+}
+
 TEST(Invariants, RankOverflowIsRefusedAndTheJobGoesOn) {
   // Before: the joiner got rank 0xfffffffe, the next one 0xffffffff (= any rank), the server
   // refused that membership, the scheduler ignored the refusal, and the job died.
