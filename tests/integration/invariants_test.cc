@@ -287,7 +287,11 @@ TEST_P(DeadConnection, CallFailsAtOnceWithTheSendError) {
     EXPECT_EQ(e.code(), ErrorCode::kConnectionClosed) << e.what();
     EXPECT_NE(std::string(e.what()).find("BARRIER"), std::string::npos) << e.what();
   }
-  EXPECT_LT(Clock::now() - start, 2s);
+  const auto took = Clock::now() - start;
+  EXPECT_LT(took, 5s);  // the call's timeout is 20 s
+  std::printf("the call failed after %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   EXPECT_EQ(client.requests.size(), 0u);
   cl_t->shutdown();
 }
@@ -407,19 +411,26 @@ TEST(InvariantsFault, PausedSchedulerDoesNotCondemnLivePeers) {
   EXPECT_EQ(count(out, "every peer gets a fresh 1000 ms"), 1) << out;
 }
 
-TEST(InvariantsFault, OutOfMemoryOnAServerRefusesThatMessageOnly) {
+class InvariantsFaultOom : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InvariantsFaultOom, OutOfMemoryOnAServerRefusesThatMessageOnly) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ASan/TSan reserve more address space than the limit this test sets";
 #endif
   // Every process runs under a 1 GiB address-space limit; rank 0 INITs a slice of 1 GiB (the
   // partition size): the server cannot allocate it. Before: std::bad_alloc escaped the
   // progress thread, the server aborted and the job died.
-  auto r = psrun("ulimit -S -v 1048576 &&", kAttackJob + " --partition-bytes 1073741824",
+  auto r = psrun("ulimit -S -v 1048576 &&",
+                 "--transport " + GetParam() +
+                     " -n 3 --aggregate sum --lr 1 --partition-bytes 1073741824",
                  "invariants --case oom --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(count(r.out, "OK an INIT the server cannot allocate is refused"), 1) << r.out;
   EXPECT_EQ(count(r.out, "PASS invariants"), 3) << r.out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, InvariantsFaultOom,
+                         ::testing::ValuesIn(transport::available_backends()));
 
 }  // namespace
 }  // namespace psrt
