@@ -39,7 +39,12 @@ Endpoint::Endpoint(std::string secret, Role self, Limits limits)
         return true;
       });
       lock.unlock();
-      for (auto& c : due) c->close();
+      for (auto& c : due) {
+        try {
+          c->close();
+        } catch (...) {  // no memory to post the close: the transport's shutdown closes it
+        }
+      }
       lock.lock();
     }
   });

@@ -53,7 +53,21 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
           u = std::move(pool_queue_.front());
           pool_queue_.pop_front();
         }
-        run_update(u);
+        try {
+          run_update(u);
+        } catch (...) {
+          // Past the update itself (which stops the job on failure): bookkeeping that could
+          // not allocate. The job cannot trust this slice any more.
+          const Status why = current_exception_status(
+              fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
+          PSRT_LOG_ERROR("{}", why.message());
+          if (on_control) {
+            Header stop;
+            stop.type = MsgType::kShutdown;
+            stop.arg0 = static_cast<std::uint32_t>(why.code());
+            on_control(stop, as_bytes(why.message()));
+          }
+        }
       }
     });
 }

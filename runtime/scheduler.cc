@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "ps/checkpoint.h"
 #include "transport/factory.h"
@@ -30,7 +31,17 @@ Scheduler::Scheduler(SchedulerConfig config)
   endpoint_->set_handler(this);
   transport_ = transport::create_transport(config_.transport, endpoint_);
   address_ = transport_->listen(config_.listen);
-  monitor_ = std::thread([this] { monitor(); });
+  monitor_ = std::thread([this] {
+    try {
+      monitor();
+    } catch (...) {
+      // Without its monitor the job would hang on a dead peer: stop it, naming why.
+      const Status why = current_exception_status("the scheduler's liveness monitor failed");
+      PSRT_LOG_ERROR("{}", why.message());
+      Lock lock(mu_);
+      finish_locked(why);
+    }
+  });
 }
 
 Scheduler::~Scheduler() {

@@ -325,8 +325,10 @@ void run_invariant_attack(const std::string& which) {
     Status big =
         exchange(client, *peer, data_header(ps::MsgType::kInit, ps::WireType::kF32, 3, s, total),
                  {zeros, partition}, "INIT of key 3");
-    expect(!big.ok() && has(big.message(), "out of memory"),
-           "an INIT the server cannot allocate is refused: " + big.message());
+    // The server answers ERROR("... out of memory ...") and closes. This side is still sending
+    // the payload, so it may see the close first (tcp: a reset; ucx: the closed endpoint) and
+    // not the ERROR: the job test checks the server's own line naming the cause.
+    expect(!big.ok(), "an INIT the server cannot allocate is refused: " + big.message());
     ::munmap(zeros, partition);
   } else {
     expect(false, "unknown invariant case " + which);

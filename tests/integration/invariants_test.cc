@@ -426,6 +426,10 @@ TEST_P(InvariantsFaultOom, OutOfMemoryOnAServerRefusesThatMessageOnly) {
                  "invariants --case oom --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(count(r.out, "OK an INIT the server cannot allocate is refused"), 1) << r.out;
+  // The server's own line: "ERROR [server 0] worker 0 (127.0.0.1:P): cannot take the message:
+  // out of memory (...)".
+  EXPECT_EQ(count(r.out, "): cannot take the message: out of memory (an allocation failed"), 1)
+      << r.out;
   EXPECT_EQ(count(r.out, "PASS invariants"), 3) << r.out;
 }
 
