@@ -408,7 +408,7 @@ TEST(InvariantsFault, PausedSchedulerDoesNotCondemnLivePeers) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(count(out, "PASS async"), 2) << out;
   EXPECT_EQ(count(out, "no heartbeat"), 0) << out;
-  EXPECT_EQ(count(out, "every peer gets a fresh 1000 ms"), 1) << out;
+  EXPECT_GE(count(out, "every peer gets a fresh 1000 ms"), 1) << out;  // it saw its pause
 }
 
 class InvariantsFaultOom : public ::testing::TestWithParam<std::string> {};
