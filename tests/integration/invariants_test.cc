@@ -24,6 +24,7 @@
 #include "ps/requests.h"
 #include "ps/shard_map.h"
 #include "runtime/scheduler.h"
+#include "transport/event_loop.h"
 #include "transport/factory.h"
 
 extern char** environ;
@@ -232,6 +233,28 @@ TEST(Invariants, RefusedMembershipChangeStopsTheJobNamingTheServer) {
       << worker_error;
   worker_t->shutdown();
   server_t->shutdown();
+}
+
+// --- No exception on a progress thread ends the process (1) ---
+
+TEST(Invariants, ExceptionsOnAProgressThreadAreContained) {
+  // A task, a completion, a deferred task and a timer that throw (std::bad_alloc as under a
+  // memory limit, std::runtime_error, an int): each is logged and the loop goes on. Before:
+  // std::terminate ended the process.
+  transport::EventLoop loop("test", std::chrono::microseconds(0));
+  loop.start();
+  loop.post([] { throw std::bad_alloc(); });
+  loop.complete([](const Status&) { throw std::runtime_error("a completion failed"); }, Status());
+  loop.post([&loop] {
+    loop.defer([] { throw 42; });
+    loop.add_timer_on_loop(transport::EventLoop::Clock::now(),
+                           [] { throw std::runtime_error("a timer failed"); });
+  });
+  std::this_thread::sleep_for(50ms);
+  bool ran = false;
+  loop.run_sync([&] { ran = true; });
+  EXPECT_TRUE(ran);
+  loop.stop();
 }
 
 // --- Teardown: a request whose send failed fails at once (4) ---
