@@ -312,9 +312,9 @@ TEST_P(DeadConnection, CallFailsAtOnceWithTheSendError) {
   }
   const auto took = Clock::now() - start;
   EXPECT_LT(took, 5s);  // the call's timeout is 20 s
-  std::printf("the call failed after %lld ms\n",
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  std::printf(
+      "the call failed after %lld ms\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   EXPECT_EQ(client.requests.size(), 0u);
   cl_t->shutdown();
 }
