@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 
 namespace psrt::ps {
@@ -38,7 +39,12 @@ Endpoint::Endpoint(std::string secret, Role self, Limits limits)
         return true;
       });
       lock.unlock();
-      for (auto& c : due) c->close();
+      for (auto& c : due) {
+        try {
+          c->close();
+        } catch (...) {  // no memory to post the close: the transport's shutdown closes it
+        }
+      }
       lock.lock();
     }
   });
@@ -184,8 +190,54 @@ transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request
   return p;
 }
 
+// The transport's entry points run on its progress thread, where an exception that escaped would
+// end the process: anything but psrt::Error (std::bad_alloc under a memory limit, a handler's
+// std::exception) becomes an ERROR to the peer naming it, and the connection closes.
 transport::Placement Endpoint::place(transport::Connection& conn,
                                      std::span<const std::byte> header, std::size_t size) {
+  try {
+    return place_checked(conn, header, size);
+  } catch (const Error&) {
+    throw;
+  } catch (...) {
+    Status why = current_exception_status("cannot take the message");
+    refuse_after_exception(conn, header, size, why);
+    throw Error(why.code(), why.message());
+  }
+}
+
+void Endpoint::on_message(transport::Connection& conn, std::span<const std::byte> header,
+                          const transport::Placement& placement) {
+  try {
+    deliver(conn, header, placement);
+  } catch (...) {
+    Status why = current_exception_status("cannot handle the message");
+    refuse_after_exception(conn, header, placement.dest.size, why);
+  }
+}
+
+void Endpoint::refuse_after_exception(transport::Connection& conn,
+                                      std::span<const std::byte> header, std::size_t size,
+                                      const Status& why) noexcept {
+  try {
+    auto peer = find(conn.id());
+    if (!peer) {
+      PSRT_LOG_ERROR("closing connection {} with {}: {}", conn.id(), conn.peer(), why.message());
+      conn.close();
+      return;
+    }
+    Header h;
+    (void)decode(header, size, limits_, h);  // for the request id, if any
+    PSRT_LOG_ERROR("{}: {}", peer->name(), why.message());
+    peer->send_error(h.request_id, why.code(), why.message(), /*then_close=*/true);
+  } catch (...) {
+    // Not even the ERROR could be sent (no memory for it): close without one.
+    conn.close();
+  }
+}
+
+transport::Placement Endpoint::place_checked(transport::Connection& conn,
+                                             std::span<const std::byte> header, std::size_t size) {
   auto peer = find(conn.id());
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
   Header h;
@@ -210,8 +262,8 @@ transport::Placement Endpoint::place(transport::Connection& conn,
   return p;
 }
 
-void Endpoint::on_message(transport::Connection& conn, std::span<const std::byte> header,
-                          const transport::Placement& placement) {
+void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> header,
+                       const transport::Placement& placement) {
   auto peer = find(conn.id());
   if (!peer) return;
   peer->last_seen_.store(now_ticks(), std::memory_order_relaxed);

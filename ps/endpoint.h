@@ -118,6 +118,14 @@ class Endpoint final : public transport::Receiver {
   void on_closed(transport::Connection& conn, const Status& why) override;
 
  private:
+  // place() and on_message() proper; the public ones turn any exception into a refusal.
+  transport::Placement place_checked(transport::Connection& conn, std::span<const std::byte> header,
+                                     std::size_t payload_size);
+  void deliver(transport::Connection& conn, std::span<const std::byte> header,
+               const transport::Placement& placement);
+  // An exception other than psrt::Error escaped a handler: ERROR(why) to the peer, then close.
+  void refuse_after_exception(transport::Connection& conn, std::span<const std::byte> header,
+                              std::size_t size, const Status& why) noexcept;
   std::shared_ptr<Peer> find(std::uint64_t id);
   std::shared_ptr<Peer> find_or_add(const std::shared_ptr<transport::Connection>& conn);
   void handshake(Peer& peer, const Header& h, std::span<const std::byte> payload);

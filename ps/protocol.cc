@@ -136,6 +136,20 @@ std::string_view to_string(Role r) noexcept {
   return "?";
 }
 
+std::string_view to_string(WireType t) noexcept {
+  switch (t) {
+    case WireType::kF32:
+      return "f32";
+    case WireType::kF16:
+      return "f16";
+    case WireType::kBF16:
+      return "bf16";
+    case WireType::kBytes:
+      return "bytes";
+  }
+  return "?";
+}
+
 std::size_t wire_size(WireType t) noexcept {
   switch (t) {
     case WireType::kF32: return 4;
@@ -324,6 +338,9 @@ Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     ranks[i] = load<std::uint32_t>(&bytes[i * 4]);
     if (ranks[i] == kAnyRank) return bad("rank list holds an unassigned rank");
+    if (ranks[i] >= kMaxRanks)
+      return bad(
+          fmt::format("rank list holds rank {}, above the limit of {}", ranks[i], kMaxRanks - 1));
   }
   out = std::move(ranks);
   return {};

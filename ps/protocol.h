@@ -78,10 +78,15 @@ std::string_view to_string(MsgType t) noexcept;
 
 // Payload element type. kBytes is for control payloads (text, tables, nonces).
 enum class WireType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kBytes = 3 };
+std::string_view to_string(WireType t) noexcept;  // "f32", "f16", "bf16", "bytes"
 
 enum class Role : std::uint32_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 std::string_view to_string(Role r) noexcept;
 inline constexpr std::uint32_t kAnyRank = 0xffffffffu;
+// Ranks are below this bound (2^20): a worker asking for a higher one is refused, a job that
+// has handed out every rank below it refuses further joiners, and a rank list holding a higher
+// one is malformed. Far below kAnyRank, so that no rank arithmetic can reach it.
+inline constexpr std::uint32_t kMaxRanks = 1u << 20;
 
 struct Header {
   MsgType type = MsgType::kError;

@@ -106,10 +106,15 @@ Reply Requests::call(Peer& peer, Header h, std::vector<std::byte> payload, std::
                                           std::span<const std::byte> body) {
     promise->set_value({s, Reply{rh, {body.begin(), body.end()}}});
   });
+  // A send that fails (a dead connection) fails the call at once instead of at its timeout.
+  const auto id = h.request_id;
+  auto on_sent = [this, id](const Status& s) {
+    if (!s.ok()) fail(id, s);
+  };
   if (payload.empty()) {
-    peer.send(h);
+    peer.send(h, {}, on_sent);
   } else {
-    peer.send_bytes(h, std::move(payload));
+    peer.send_bytes(h, std::move(payload), on_sent);
   }
   if (future.wait_for(timeout) != std::future_status::ready) {
     if (take(h.request_id))

@@ -41,7 +41,8 @@ class Requests {
   std::size_t size();
   void fail_all(const Status& why);
 
-  // Sends a request and blocks for its reply, up to `timeout`. Throws psrt::Error.
+  // Sends a request and blocks for its reply, up to `timeout`. Throws psrt::Error; a send that
+  // fails (e.g. on a closed connection) fails the call at once with that error.
   Reply call(Peer& peer, Header h, std::vector<std::byte> payload, std::string what,
              std::chrono::milliseconds timeout);
 

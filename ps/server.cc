@@ -7,10 +7,12 @@
 
 #include <fmt/core.h>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/checkpoint.h"
 #include "ps/server_device.h"
+#include "ps/shard_map.h"
 
 namespace psrt::ps {
 namespace {
@@ -51,7 +53,21 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
           u = std::move(pool_queue_.front());
           pool_queue_.pop_front();
         }
-        run_update(u);
+        try {
+          run_update(u);
+        } catch (...) {
+          // Past the update itself (which stops the job on failure): bookkeeping that could
+          // not allocate. The job cannot trust this slice any more.
+          const Status why = current_exception_status(
+              fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
+          PSRT_LOG_ERROR("{}", why.message());
+          if (on_control) {
+            Header stop;
+            stop.type = MsgType::kShutdown;
+            stop.arg0 = static_cast<std::uint32_t>(why.code());
+            on_control(stop, as_bytes(why.message()));
+          }
+        }
       }
     });
 }
@@ -97,6 +113,43 @@ Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
   return *s;
 }
 
+namespace {
+
+// True when the checkpoint manifest in `dir` places slice h.arg0 of key h.key as [h.offset,
+// +h.count) of h.total.
+bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header& h) {
+  if (dir.empty() || num_servers == 0) return false;
+  try {
+    ShardMap map(num_servers, 4);
+    if (!read_manifest(dir, map) || map.total(h.key) != h.total) return false;
+    for (const auto& s : *map.find(h.key))
+      if (s.index == h.arg0) return s.offset == h.offset && s.count == h.count;
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+}  // namespace
+
+void Server::check_init_slice(const Header& h) const {
+  // A resumed slice is checked against its checkpoint file instead (its cut may be older).
+  if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
+  const auto want = slice_bounds(h.total, config_.partition_bytes, h.arg0);
+  if ((!want || want->offset != h.offset || want->count != h.count) &&
+      in_manifest(config_.checkpoint_dir, config_.num_servers, h))
+    return;  // cut by an earlier run with another --partition-bytes, not resumed yet
+  if (!want)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("INIT of key {} slice {} of {} elements: the shard map has no such "
+                             "slice (--partition-bytes {}); init the slices LOCATE returned",
+                             h.key, h.arg0, h.total, config_.partition_bytes));
+  if (want->offset != h.offset || want->count != h.count)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
+                             "it as [{}, +{}): init the slices LOCATE returned",
+                             h.key, h.arg0, h.offset, h.count, h.total, want->offset, want->count));
+}
+
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
   auto w = s.workers.find(rank);
   if (w == s.workers.end())
@@ -109,17 +162,20 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
                  fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
                              "without pulling; pull (or push_pull) to wait for the rounds",
                              rank, w->second.queued.size(), h.key, h.arg0));
-  // Queued gradients of a slice share one dtype (this check keeps it so): one of them tells.
+  // Queued and arriving gradients of a slice share one dtype (this check keeps it so): one of
+  // them tells. A push still arriving counts: it is queued once it landed, and an update must
+  // never read gradients of two dtypes as one.
+  std::optional<WireType> current;
+  if (s.arriving > 0) current = s.arriving_dtype;
   for (const auto& [r, ws] : s.workers) {
-    if (ws.queued.empty()) continue;
-    if (ws.queued.front().dtype != h.dtype)
-      throw refuse(ErrorCode::kInvalidArgument,
-                   fmt::format("key {} is pushed as {} by one worker and {} by worker {}: "
-                               "push a key in one dtype",
-                               h.key, static_cast<int>(ws.queued.front().dtype),
-                               static_cast<int>(h.dtype), rank));
-    break;
+    if (current) break;
+    if (!ws.queued.empty()) current = ws.queued.front().dtype;
   }
+  if (current && *current != h.dtype)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("key {} slice {} is pushed as {} by one worker and {} by worker {} in "
+                             "the same round: push a key in one dtype",
+                             h.key, h.arg0, to_string(*current), to_string(h.dtype), rank));
   const float lr = std::bit_cast<float>(h.arg1);
   if (!std::isfinite(lr) || lr < 0.f)
     throw refuse(ErrorCode::kInvalidArgument,
@@ -133,6 +189,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
   InFlight in;
   if (h.type == MsgType::kInit) {
     if (peer.role() != Role::kWorker) throw refuse(ErrorCode::kProtocol, "INIT from a non-worker");
+    check_init_slice(h);
     in.init.resize(h.count);
   } else if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) {
     Slice& s = checked_slice(peer, h);
@@ -149,6 +206,8 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     in.grad.dtype = h.dtype;
     in.grad.lr = lr;
     in.slice = &s;
+    ++s.arriving;
+    s.arriving_dtype = h.dtype;
   } else {
     throw refuse(ErrorCode::kProtocol,
                  fmt::format("a server does not accept {}", to_string(h.type)));
@@ -156,7 +215,13 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
   transport::Placement p{{in.init.data(), size}, next_cookie_.fetch_add(1)};
   if (in.slice) {
     if (gpu_) {
-      place_on_device(in.grad, size, p);
+      try {
+        place_on_device(in.grad, size, p);
+      } catch (...) {
+        std::lock_guard lock(in.slice->mu);
+        arrived_locked(*in.slice);
+        throw;
+      }
     } else {
       p.dest.data = in.grad.data.get();
     }
@@ -198,7 +263,10 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "MEMBERSHIP from a non-scheduler");
       std::vector<std::uint32_t> ranks;
-      if (Status s = decode_ranks(payload, ranks); !s.ok()) throw Error(s.code(), s.message());
+      // Refused with an ERROR the scheduler acts on; the members stay as they were.
+      if (Status s = decode_ranks(payload, ranks); !s.ok())
+        return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
+                               false);
       set_members(ranks);
       Header ack;
       ack.type = MsgType::kMembershipAck;
@@ -301,13 +369,40 @@ void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::
   peer.send(r);
 }
 
+void Server::arrived_locked(Slice& s) {
+  if (s.arriving > 0) --s.arriving;
+}
+
+std::string Server::bad_grads(const Slice& s, const Update& u) {
+  const WireType dtype = u.grads.front().dtype;
+  for (std::size_t i = 0; i < u.grads.size(); ++i) {
+    const GradBuf& g = u.grads[i];
+    if (g.dtype != dtype || g.size != s.count * wire_size(dtype))
+      return fmt::format(
+          "key {} slice {}: the gradient of worker {} is {} bytes of {}, but the "
+          "update reads {} bytes of {}",
+          s.key, s.index, u.ranks[i], g.size, to_string(g.dtype), s.count * wire_size(dtype),
+          to_string(dtype));
+  }
+  return {};
+}
+
 void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
   Slice& s = *in.slice;
   const auto rank = peer.rank();
-  if (gpu_) after_receive_on_device(in.grad);
+  if (gpu_) {
+    try {
+      after_receive_on_device(in.grad);
+    } catch (...) {
+      std::lock_guard lock(s.mu);
+      arrived_locked(s);
+      throw;
+    }
+  }
   bool member = false;
   {
     std::lock_guard lock(s.mu);
+    arrived_locked(s);
     auto w = s.workers.find(rank);
     if (w != s.workers.end()) {
       member = true;
@@ -451,8 +546,13 @@ void Server::run_update(Update& u) {
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock.
   kernels::StepResult result;
+  std::string bad = bad_grads(s, u);
   try {
-    if (gpu_) {
+    if (!bad.empty()) {
+      // admit_push_locked keeps this from happening; if it did, reading on would read past a
+      // buffer or misread one. Nothing is applied, and the server stops the job below.
+      PSRT_LOG_ERROR("update of key {} slice {} not applied: {}", s.key, s.index, bad);
+    } else if (gpu_) {
       result = update_on_device(s, u, cfg, checkpoint_due);
     } else {
       bool first_step = false;
@@ -470,15 +570,19 @@ void Server::run_update(Update& u) {
       // the next applied round is torch's first step again (buffer := gradient).
       if (result.skipped && first_step) s.momentum.clear();
     }
-  } catch (const Error& e) {
-    PSRT_LOG_ERROR("update of key {} slice {} failed: {}", s.key, s.index, e.what());
+  } catch (...) {
+    // Whatever failed (a kernel error, no memory for the momentum buffer), the round is not in
+    // the weights: the server stops the job below rather than serve them as if it were.
+    bad = current_exception_status(fmt::format("update of key {} slice {}", s.key, s.index))
+              .message();
+    PSRT_LOG_ERROR("{}", bad);
   }
   if (result.skipped)
     PSRT_LOG_WARN(
         "key {} slice {} version {}: the aggregated gradient holds a NaN or an "
         "infinity (norm {}); update skipped, weights and momentum unchanged",
         s.key, s.index, version, result.grad_norm);
-  if (checkpoint_due) {
+  if (checkpoint_due && bad.empty()) {
     try {
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
                              s.total, version, s.weights, s.momentum);
@@ -491,6 +595,14 @@ void Server::run_update(Update& u) {
     }
   }
   trace(u, version, kernels::needs_prepass(cfg) ? &result : nullptr);
+  if (!bad.empty() && on_control) {
+    // Workers would go on from weights that miss this round: the job must not end as a success.
+    Header stop;
+    stop.type = MsgType::kShutdown;
+    stop.arg0 = static_cast<std::uint32_t>(ErrorCode::kInternal);
+    const std::string text = "an update could not be applied: " + bad;
+    on_control(stop, as_bytes(text));
+  }
   {
     std::lock_guard lock(s.mu);
     s.version = version;
@@ -589,9 +701,22 @@ void Server::set_members(const std::vector<std::uint32_t>& ranks) {
 }
 
 void Server::on_peer_closed(Peer& peer, const Status& why) {
+  std::vector<InFlight> dropped;
   {
     std::lock_guard lock(inflight_mu_);
-    std::erase_if(inflight_, [&](const auto& e) { return e.first.first == peer.id(); });
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+      if (it->first.first == peer.id()) {
+        dropped.push_back(std::move(it->second));
+        it = inflight_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& in : dropped) {
+    if (!in.slice) continue;
+    std::lock_guard lock(in.slice->mu);
+    arrived_locked(*in.slice);
   }
   if (peer.role() == Role::kScheduler && on_control) {
     Header h;

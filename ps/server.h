@@ -42,6 +42,12 @@ struct ServerConfig {
   std::uint64_t max_queued = 64;   // gradients one worker may have queued on one slice
   std::string trace_path;          // JSON line per applied update (tests and debugging)
   device::DeviceSpec device;       // where slices live and updates run (psrun --server-device)
+  // The job's --partition-bytes: an INIT must be a slice of the shard map's cut of its key
+  // (ps::slice_bounds). 0: not checked.
+  std::size_t partition_bytes = 0;
+  // The job's servers: an INIT the cut refuses is still taken when the checkpoint manifest
+  // (written for this many servers) places the slice so.
+  std::uint32_t num_servers = 0;
 };
 
 class Server final : public Handler {
@@ -113,6 +119,10 @@ class Server final : public Handler {
     std::uint64_t version = 0;
     std::map<std::uint32_t, WorkerState> workers;  // live ranks
     std::vector<GradBuf> free;
+    // Pushes admitted and placed whose payload is still arriving, and their dtype: a push of
+    // another dtype is refused while any is, as while any gradient is queued.
+    std::uint32_t arriving = 0;
+    WireType arriving_dtype = WireType::kF32;
     bool busy = false;
     int readers = 0;
     std::vector<PullWaiter> waiters;
@@ -132,12 +142,21 @@ class Server final : public Handler {
 
   Slice* find(std::uint64_t key, std::uint32_t index);
   Slice& checked_slice(const Peer& peer, const Header& h);
+  // Refuses an INIT that is not a slice of the shard map's cut of its key.
+  void check_init_slice(const Header& h) const;
   void on_init(Peer& peer, const Header& h, InFlight& in);
   void on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_push(Peer& peer, const Header& h, InFlight& in);
   void on_pull(Peer& peer, const Header& h, Slice& s);
-  // Under s.mu: refuses a push the slice cannot take now; returns its learning rate.
+  // Under s.mu: refuses a push the slice cannot take now (not a member, too many queued, a
+  // dtype other than the gradients queued or still arriving, a bad learning rate); returns its
+  // learning rate.
   float admit_push_locked(Slice& s, const Header& h, std::uint32_t rank);
+  // A push placed by place() no longer arrives (it landed, or its connection closed).
+  static void arrived_locked(Slice& s);
+  // Why the gradients of `u` cannot be read as one dtype of s.count elements; empty when they
+  // can. The last line of defence behind admit_push_locked.
+  static std::string bad_grads(const Slice& s, const Update& u);
 
   // Under s.mu: starts the next update if the policy allows one; returns it for the pool.
   std::optional<Update> next_update_locked(Slice& s);

@@ -6,6 +6,17 @@
 
 namespace psrt::ps {
 
+std::optional<SliceBounds> slice_bounds(std::uint64_t total, std::size_t partition_bytes,
+                                        std::uint64_t index) {
+  const std::uint64_t slice_elems = std::max<std::uint64_t>(1, partition_bytes / sizeof(float));
+  constexpr std::uint64_t kMaxSlices = kMaxControlBytes / kSliceRecordBytes;
+  if (total == 0 || total > kMaxSlices * slice_elems) return std::nullopt;
+  const std::uint64_t n = (total + slice_elems - 1) / slice_elems;
+  if (index >= n) return std::nullopt;
+  const std::uint64_t base = total / n, extra = total % n;
+  return SliceBounds{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
 ShardMap::ShardMap(std::uint32_t num_servers, std::size_t partition_bytes)
     : slice_elems_(std::max<std::uint64_t>(1, partition_bytes / sizeof(float))),
       load_(num_servers, 0) {

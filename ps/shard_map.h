@@ -6,11 +6,23 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "ps/protocol.h"
 
 namespace psrt::ps {
+
+// Where slice `index` of a key of `total` f32 values cut into slices of at most
+// `partition_bytes` lies: the cut ShardMap::place makes, as a pure function of its arguments, so
+// that a server can check an INIT against it (which server holds a slice is not such a function:
+// it depends on the keys placed before). Empty when the key cannot be cut so (0 elements, more
+// slices than one LOCATE_REPLY holds) or `index` is past its last slice.
+struct SliceBounds {
+  std::uint64_t offset = 0, count = 0;
+};
+std::optional<SliceBounds> slice_bounds(std::uint64_t total, std::size_t partition_bytes,
+                                        std::uint64_t index);
 
 class ShardMap {
  public:

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "device/memory.h"
@@ -111,7 +112,11 @@ Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
     while (!state_cv_.wait_for(lock, options_.heartbeat, [this] { return closed_; })) {
       Header h;
       h.type = MsgType::kHeartbeat;
-      scheduler_->send(h);
+      try {
+        scheduler_->send(h);
+      } catch (...) {  // e.g. no memory: one heartbeat is missed, the thread goes on
+        PSRT_LOG_WARN("{}", current_exception_status("heartbeat not sent").message());
+      }
     }
   });
 }

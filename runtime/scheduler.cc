@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "ps/checkpoint.h"
 #include "transport/factory.h"
@@ -43,7 +44,17 @@ Scheduler::Scheduler(SchedulerConfig config)
   if (config_.secure) topts.secure_secret = config_.secret;
   transport_ = transport::create_transport(config_.transport, endpoint_, topts);
   address_ = transport_->listen(config_.listen);
-  monitor_ = std::thread([this] { monitor(); });
+  monitor_ = std::thread([this] {
+    try {
+      monitor();
+    } catch (...) {
+      // Without its monitor the job would hang on a dead peer: stop it, naming why.
+      const Status why = current_exception_status("the scheduler's liveness monitor failed");
+      PSRT_LOG_ERROR("{}", why.message());
+      Lock lock(mu_);
+      finish_locked(why);
+    }
+  });
 }
 
 Scheduler::~Scheduler() {
@@ -155,6 +166,12 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
     return admit_pending_locked();
   }
   Waiting w{peer.shared_from_this(), h.request_id};
+  if (h.arg1 != ps::kAnyRank && h.arg1 >= ps::kMaxRanks)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("worker rank {} is above the limit of {}: ask for a "
+                                       "lower rank or for any rank",
+                                       h.arg1, ps::kMaxRanks - 1),
+                           true);
   if (!rendezvous_done_) {
     pending_workers_.push_back({w, h.arg1});
     return admit_pending_locked();
@@ -162,6 +179,12 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
   // A worker joining a running job: a rank never used before unless it asks for a free one.
   std::uint32_t rank = h.arg1;
   if (rank == ps::kAnyRank || workers_.count(rank)) rank = next_rank_;
+  if (rank >= ps::kMaxRanks)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("the job has handed out every worker rank below {}: no "
+                                       "rank left for a new worker",
+                                       ps::kMaxRanks),
+                           true);
   next_rank_ = std::max(next_rank_, rank + 1);
   peer.set_rank(rank);
   workers_[rank] = w.peer;
@@ -255,8 +278,16 @@ void Scheduler::start_next_change_locked() {
   for (const auto& [r, p] : workers_) ranks.push_back(r);
   auto body = ps::encode_ranks(ranks);
   auto remaining = std::make_shared<std::size_t>(servers_.size());
-  auto on_ack = [this, remaining, then](const Status&, const Header&, std::span<const std::byte>) {
+  auto on_ack = [this, remaining, then](const Status& acked, const Header&,
+                                        std::span<const std::byte>) {
     Lock lock(mu_);
+    // A server that refused the change (or could not be told) holds another member set than
+    // the rest of the job: rounds would mix or wait forever. The job stops, naming it.
+    if (!acked.ok() && !finished_) {
+      auto msg = fmt::format("a membership change failed: {}; stopping the job", acked.message());
+      PSRT_LOG_ERROR("{}", msg);
+      finish_locked(Status(acked.code(), msg));
+    }
     if (--*remaining > 0) return;
     if (!finished_) then();
     start_next_change_locked();
@@ -337,10 +368,27 @@ void Scheduler::finish_locked(const Status& why) {
 }
 
 void Scheduler::monitor() {
-  const auto started = std::chrono::steady_clock::now();
+  constexpr auto kTick = std::chrono::milliseconds(200);
+  auto started = std::chrono::steady_clock::now();
+  // Peers are judged only from `resumed`: a tick that comes much later than asked means this
+  // process did not run meanwhile (SIGSTOP, a suspended VM), and the peers' messages of that time
+  // are still unread in the sockets.
+  auto resumed = started;
+  auto last_tick = started;
   Lock lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return finished_; })) {
+  while (!cv_.wait_for(lock, kTick, [this] { return finished_; })) {
     const auto now = std::chrono::steady_clock::now();
+    if (now - last_tick > kTick + std::min<std::chrono::steady_clock::duration>(
+                                      config_.heartbeat_timeout / 2, std::chrono::seconds(1))) {
+      PSRT_LOG_WARN(
+          "the scheduler did not run for {} ms; every peer gets a fresh {} ms before "
+          "it is declared lost",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - last_tick).count(),
+          config_.heartbeat_timeout.count());
+      started += now - last_tick;  // nor does the rendezvous deadline count the pause
+      resumed = now;
+    }
+    last_tick = now;
     if (!rendezvous_done_ && now - started > config_.rendezvous_timeout) {
       auto servers = std::count_if(servers_.begin(), servers_.end(), [](auto& s) { return !!s; });
       finish_locked(Status(
@@ -353,7 +401,8 @@ void Scheduler::monitor() {
     }
     std::vector<std::shared_ptr<ps::Peer>> silent;
     auto check = [&](const std::shared_ptr<ps::Peer>& p) {
-      if (p && now - p->last_seen() > config_.heartbeat_timeout) silent.push_back(p);
+      if (p && now - std::max(p->last_seen(), resumed) > config_.heartbeat_timeout)
+        silent.push_back(p);
     };
     for (auto& s : servers_) check(s);
     for (auto& [r, w] : workers_) check(w);

@@ -9,7 +9,14 @@
 // Failures: a peer whose connection closes or that sends nothing for heartbeat_timeout is lost.
 // A lost worker or server ends the job: everyone gets SHUTDOWN naming it, and pending
 // operations fail with that message (workers that leave on purpose unregister, see
-// Worker::shutdown). The job ends normally when its last worker unregisters.
+// Worker::shutdown). The job ends normally when its last worker unregisters. Silence is measured
+// only over time the scheduler itself ran: after a pause of its own (psrun stopped, the host
+// suspended) every peer gets a fresh heartbeat_timeout from the moment it resumed.
+//
+// Ranks: worker ranks are below ps::kMaxRanks; a joiner asking for a higher one, or arriving
+// when every rank below it was handed out, is refused with an ERROR naming the limit and the job
+// goes on. A server that refuses a membership change (or cannot be sent one) stops the job with
+// an error naming the server and its reason.
 #pragma once
 
 #include <chrono>

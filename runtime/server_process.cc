@@ -65,6 +65,8 @@ int run_server_from_env() {
   const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
 
+  config.partition_bytes = partition;
+  config.num_servers = static_cast<std::uint32_t>(env_int("PSRT_NUM_SERVERS", 1, 1 << 20));
   ps::Server server(config);
   ps::Requests requests;
   std::shared_ptr<ps::Peer> scheduler;

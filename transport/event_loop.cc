@@ -6,10 +6,28 @@
 #include <cassert>
 #include <future>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "base/sys_check.h"
 
 namespace psrt::transport {
+
+namespace {
+
+// Runs one unit of the loop's work. The connections catch what their receivers throw; anything
+// that still escapes (a completion or timer that throws, an allocation that fails) is logged,
+// naming it, and the loop goes on: an exception leaving the progress thread would terminate the
+// process with no word of the cause.
+template <typename F>
+void guarded(const std::string& loop, const char* what, F&& f) noexcept {
+  try {
+    f();
+  } catch (...) {
+    PSRT_LOG_ERROR("{}", current_exception_status(loop + ": " + what).message());
+  }
+}
+
+}  // namespace
 
 EventLoop::EventLoop(std::string name, std::chrono::microseconds spin)
     : name_(std::move(name)), spin_(spin) {
@@ -171,14 +189,14 @@ bool EventLoop::run_tasks() {
   }
   bool any = !batch.empty() || !local_.empty() || !completions_.empty();
   for (auto& t : batch)
-    t();
+    guarded(name_, "a posted task failed", t);
   // Deferred work may defer more; run until quiet but bounded so one chain cannot starve I/O.
   for (int round = 0; round < 64 && (!local_.empty() || !completions_.empty()); ++round) {
     if (!completions_.empty()) {
       std::vector<std::pair<Completion, Status>> now;
       now.swap(completions_);
       for (auto& [done, status] : now) {
-        if (done) done(status);
+        if (done) guarded(name_, "a completion failed", [&] { done(status); });
       }
       // Hand the capacity back so the steady state allocates nothing.
       if (completions_.empty()) {
@@ -190,7 +208,7 @@ bool EventLoop::run_tasks() {
       std::vector<Task> now;
       now.swap(local_);
       for (auto& t : now)
-        t();
+        guarded(name_, "a deferred task failed", t);
     }
   }
   return any;
@@ -202,7 +220,7 @@ bool EventLoop::run_due_timers() {
   while (!timers_.empty() && timers_.begin()->first <= now) {
     auto task = std::move(timers_.begin()->second.second);
     timers_.erase(timers_.begin());
-    task();
+    guarded(name_, "a timer failed", task);
     any = true;
   }
   return any;
@@ -228,7 +246,9 @@ void EventLoop::run() {
   int turn = 0;
   while (running_.load(std::memory_order_relaxed)) {
     bool busy = run_tasks();
-    if (hooks_.poll && hooks_.poll()) busy = true;
+    bool polled = false;
+    if (hooks_.poll) guarded(name_, "progress failed", [&] { polled = hooks_.poll(); });
+    if (polled) busy = true;
     if (!timers_.empty()) busy |= run_due_timers();
     if (busy) {
       last_busy = Clock::now();
@@ -265,7 +285,7 @@ void EventLoop::run() {
       if (t == token_to_fd_.end()) continue;  // removed by an earlier callback in this batch
       auto f = fds_.find(t->second);
       std::shared_ptr<FdCallback> cb = f->second.cb;
-      (*cb)(events[i].events);
+      guarded(name_, "an event handler failed", [&] { (*cb)(events[i].events); });
     }
   }
   // Drain what was posted before stop() so that no completion is lost.

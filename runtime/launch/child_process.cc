@@ -1,6 +1,7 @@
 #include "runtime/launch/child_process.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +17,7 @@ struct ExecFailure {
   int step;
   int error;
 };
-enum SetupStep : int { kStepSetpgid = 1, kStepDup = 2, kStepExec = 3 };
+enum SetupStep : int { kStepSetpgid = 1, kStepDup = 2, kStepExec = 3, kStepDeathSignal = 4 };
 
 // Every descriptor the child receives must be >= 3, so that putting one on 0, 1 or 2 with dup2()
 // can never overwrite another that has not been moved yet (psrun may run with 0-2 closed).
@@ -76,7 +77,12 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int null_fd, int out_fd,
                              int err_fd, int error_pipe, const sigset_t& child_mask,
-                             std::span<const int> reset_to_default) {
+                             std::span<const int> reset_to_default, pid_t launcher) {
+  // The child dies with psrun, even when psrun is SIGKILLed and cannot stop it. The signal
+  // follows the thread that forked (the launcher's, which lives as long as the job). If psrun
+  // died between fork and here, the child was already re-parented: no signal would come.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(error_pipe, kStepDeathSignal);
+  if (::getppid() != launcher) ::_exit(128 + SIGKILL);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (const int sig : reset_to_default) {
@@ -129,10 +135,11 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   sigset_t all, previous;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     exec_child(argv.data(), envp.data(), null_fd.get(), out_write.get(), err_write.get(),
-               status_write.get(), child_mask, reset_to_default);
+               status_write.get(), child_mask, reset_to_default, launcher);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -161,6 +168,10 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
     switch (n == static_cast<ssize_t>(sizeof(failure)) ? failure.step : 0) {
       case kStepExec:
         outcome.error = "cannot run " + quoted(command) + ": " + std::strerror(error);
+        break;
+      case kStepDeathSignal:
+        outcome.error = "cannot start " + quoted(command) +
+                        ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
         break;
       case kStepSetpgid:
         outcome.error = "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);

@@ -31,7 +31,9 @@ struct SpawnOutcome {
 // `spec.env` set on top, argv[0] looked up in PATH when it has no '/', a new process group whose
 // id is its pid, the signal mask `child_mask`, and SIG_DFL for every signal in `reset_to_default`
 // (signals psrun handles or ignores only while it runs). Descriptors of psrun other than 0-2 are
-// not inherited. Safe to call while other threads run: the child only makes async-signal-safe
+// not inherited. The child gets SIGKILL when the calling thread ends (PR_SET_PDEATHSIG), so a
+// SIGKILLed psrun leaves no process of its job behind: call it from a thread that lives as long
+// as the job. Safe to call while other threads run: the child only makes async-signal-safe
 // calls between fork and exec.
 SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
                          std::span<const int> reset_to_default);

@@ -14,6 +14,8 @@
 //                                                  slice leaves that slice exactly unchanged
 //   ps_worker clip [--max-norm X]                  2 workers, clipping to norm 1 (psrun's
 //                                                  --max-grad-norm, or set_optimizer with X)
+//   ps_worker invariants --case C --rounds R       rank 0 attacks a protocol invariant
+//                                                  (invariant_attacks.cc); ranks 1, 2 as attack
 #include <cmath>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 
 #include "psrt/psrt.h"
 #include "tests/integration/attacker.h"
+#include "tests/integration/invariant_attacks.h"
 
 namespace {
 
@@ -40,6 +43,7 @@ struct Args {
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   float max_norm = 0.f;  // clip: > 0 sets the optimizer through the API
+  std::string attack_case;  // invariants: which one
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -57,6 +61,8 @@ Args parse(int argc, char** argv) {
     if (k == "--rounds") a.rounds = std::stoi(v);
     else if (k == "--kill-after") a.kill_after = std::stoi(v);
     else if (k == "--stop-file") a.stop_file = v;
+    else if (k == "--case")
+      a.attack_case = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
     else if (k == "--sizes") {
@@ -307,6 +313,15 @@ int main(int argc, char** argv) {
     std::printf("PASS attack rank 0\n");
     return 0;
   }
+  if (a.scenario == "invariants" && std::string(std::getenv("PSRT_RANK")) == "0") {
+    try {
+      psrt::test::run_invariant_attack(a.attack_case);
+    } catch (const psrt::Error& e) {
+      fail(std::string("attacker: ") + e.what());
+    }
+    std::printf("PASS invariants rank 0\n");
+    return 0;
+  }
   try {
     psrt::Worker w = psrt::Worker::from_env();
     if (a.scenario == "exact" || a.scenario == "kill") {
@@ -316,7 +331,7 @@ int main(int argc, char** argv) {
       exact(w, a, static_cast<int>(w.resume_round()));
     } else if (a.scenario == "async" || a.scenario == "ssp") {
       each_push(w, a);
-    } else if (a.scenario == "attack") {
+    } else if (a.scenario == "attack" || a.scenario == "invariants") {
       honest(w, a);
     } else if (a.scenario == "schedule") {
       schedule(w, a);

@@ -460,7 +460,7 @@ TEST(ProtocolSlices, RejectsEmptyAndRaggedTables) {
 // --- rank lists ---
 
 TEST(ProtocolRanks, RoundTrip) {
-  const std::vector<std::uint32_t> in = {0, 3, 7, 0xfffffffeu};
+  const std::vector<std::uint32_t> in = {0, 3, 7, kMaxRanks - 1};
   auto bytes = encode_ranks(in);
   EXPECT_EQ(bytes.size(), 16u);
   std::vector<std::uint32_t> out;
@@ -477,6 +477,11 @@ TEST(ProtocolRanks, RejectsRaggedListsAndUnassignedRanks) {
   expect_rejected(decode_ranks(bytes, out), "rank list of 7 bytes");
   expect_rejected(decode_ranks(encode_ranks(std::vector<std::uint32_t>{1, kAnyRank}), out),
                   "unassigned rank");
+  // Ranks are bounded far below kAnyRank: 0xfffffffe would make the next joiner's rank kAnyRank.
+  expect_rejected(decode_ranks(encode_ranks(std::vector<std::uint32_t>{1, 0xfffffffeu}), out),
+                  "rank list holds rank 4294967294, above the limit of 1048575");
+  expect_rejected(decode_ranks(encode_ranks(std::vector<std::uint32_t>{kMaxRanks}), out),
+                  "above the limit");
   EXPECT_EQ(out, std::vector<std::uint32_t>{42});
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "base/sys_check.h"
 #include "transport/tcp/context.h"
@@ -263,6 +264,12 @@ bool TcpConnection::finish_header_on_loop() {
     } catch (const Error& e) {
       fail_on_loop(e.code(), std::string("receiver refused the message: ") + e.what());
       return false;
+    } catch (...) {
+      // Never let it reach the progress thread's top (the process would end): std::bad_alloc
+      // under a memory limit ends this connection, not the process.
+      Status why = current_exception_status("receiver failed on the message");
+      fail_on_loop(why.code(), why.message());
+      return false;
     }
     if (!is_open()) return false;
     if (placement_.dest.size != frame_.payload_len || placement_.dest.data == nullptr) {
@@ -290,7 +297,12 @@ bool TcpConnection::finish_header_on_loop() {
 void TcpConnection::deliver_on_loop() {
   state_ = RecvState::kPrefix;
   std::span<const std::byte> header(header_.data(), frame_.header_len);
-  ctx_->receiver().on_message(*this, header, placement_);
+  try {
+    ctx_->receiver().on_message(*this, header, placement_);
+  } catch (...) {
+    Status why = current_exception_status("receiver failed on the message");
+    fail_on_loop(why.code(), why.message());
+  }
 }
 
 void TcpConnection::close() {

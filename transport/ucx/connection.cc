@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "base/exception_status.h"
 #include "base/log.h"
 #include "transport/ucx/check.h"
 #include "transport/ucx/context.h"
@@ -242,6 +243,12 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
                   peer_, e.what());
     return close_on_loop(Status(e.code(), std::string("receiver refused the message: ") + e.what()),
                          false);
+  } catch (...) {
+    // Never let it unwind into UCX's callback (the process would end): std::bad_alloc under a
+    // memory limit ends this connection, not the process.
+    Status why = current_exception_status("receiver failed on the message");
+    PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id_, peer_, why.message());
+    return close_on_loop(why, false);
   }
   if (!is_open()) return;
   std::string bad;
@@ -303,7 +310,7 @@ std::uint64_t UcxConnection::queue_on_loop(std::span<const std::byte> header,
 
 void UcxConnection::deliver_or_queue_on_loop(std::span<const std::byte> header,
                                              const Placement& placement) {
-  if (undelivered_.empty()) return ctx_->receiver().on_message(*this, header, placement);
+  if (undelivered_.empty()) return deliver_on_loop(header, placement);
   queue_on_loop(header, placement, /*landed=*/true);
 }
 
@@ -311,8 +318,17 @@ void UcxConnection::deliver_in_order_on_loop() {
   while (!undelivered_.empty() && undelivered_.begin()->second.landed && is_open()) {
     Undelivered u = std::move(undelivered_.begin()->second);
     undelivered_.erase(undelivered_.begin());
-    ctx_->receiver().on_message(*this, std::span<const std::byte>(u.header.data(), u.header_len),
-                                u.placement);
+    deliver_on_loop(std::span<const std::byte>(u.header.data(), u.header_len), u.placement);
+  }
+}
+
+void UcxConnection::deliver_on_loop(std::span<const std::byte> header, const Placement& placement) {
+  try {
+    ctx_->receiver().on_message(*this, header, placement);
+  } catch (...) {
+    Status why = current_exception_status("receiver failed on the message");
+    PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id_, peer_, why.message());
+    close_on_loop(why, false);
   }
 }
 

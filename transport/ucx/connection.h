@@ -68,6 +68,8 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
                               bool landed);
   // Delivers the complete messages at the front of undelivered_, in arrival order.
   void deliver_in_order_on_loop();
+  // Hands one message to the receiver; an exception from it closes this connection.
+  void deliver_on_loop(std::span<const std::byte> header, const Placement& placement);
   // Completes the sends UCX still holds with `why`; UCX 1.13 does not complete them itself when
   // an endpoint in error mode NONE is closed, however it is closed.
   void orphan_sends_on_loop(const Status& why);

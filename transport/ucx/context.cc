@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "base/exception_status.h"
 #include "base/host.h"
 #include "base/log.h"
 #include "transport/ucx/check.h"
@@ -114,7 +115,15 @@ void UcxContext::retire_on_loop(std::shared_ptr<void> thing) {
 
 ucs_status_t UcxContext::on_am(void* arg, const void* header, std::size_t header_length, void* data,
                                std::size_t length, const ucp_am_recv_param_t* param) {
-  return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length, param);
+  // An exception must not unwind through UCX: the connection paths catch their own; this is the
+  // last resort (e.g. no memory for a receive request), and the message is dropped.
+  try {
+    return static_cast<UcxContext*>(arg)->on_am_on_loop(header, header_length, data, length, param);
+  } catch (...) {
+    PSRT_LOG_ERROR("ucx: dropping an active message: {}",
+                   current_exception_status("cannot receive it").message());
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 ? UCS_ERR_NO_MEMORY : UCS_OK;
+  }
 }
 
 ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_length, void* data,
