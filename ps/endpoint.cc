@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "ps/permissions.h"
 
 namespace psrt::ps {
 namespace {
@@ -23,6 +24,12 @@ bool is_data(MsgType t) {
 }
 
 }  // namespace
+
+Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
+  return Status(ErrorCode::kProtocol,
+                fmt::format("a {} does not accept {} from a {} (ps/permissions.h)", to_string(self_),
+                            to_string(type), to_string(peer.role())));
+}
 
 Endpoint::Endpoint(std::string secret, Role self, Limits limits)
     : secret_(std::move(secret)), self_(self), limits_(limits) {
@@ -51,6 +58,11 @@ Endpoint::~Endpoint() {
   }
   linger_cv_.notify_all();
   linger_thread_.join();
+}
+
+void Endpoint::set_credential(const Credential& c) {
+  std::lock_guard lock(mu_);
+  credential_ = c;
 }
 
 void Endpoint::close_later(std::weak_ptr<transport::Connection> conn) {
@@ -139,6 +151,7 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
   auto result = done->get_future();
   peer->role_ = remote;
   peer->rank_ = remote_rank;
+  peer->hello_rank_ = my_rank;
   {
     std::lock_guard lock(mu_);
     peer->state_ = Peer::State::kClientAwaitChallenge;
@@ -190,6 +203,8 @@ transport::Placement Endpoint::place(transport::Connection& conn,
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
   Header h;
   if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
+  if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
+    return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
   if (is_data(h.type)) {
     if (!peer->authenticated())
       return refuse_at_place(
@@ -252,6 +267,8 @@ void Endpoint::on_message(transport::Connection& conn, std::span<const std::byte
     }
     return handshake(*peer, h, payload);
   }
+  if (!may_send(self_, peer->role(), h.type))
+    return reject(*peer, h.request_id, not_permitted(*peer, h.type));
   try {
     handler_->on_message(*peer, h, payload, placement);
   } catch (const Error& e) {
@@ -282,12 +299,37 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kAuth)
         return fail(ErrorCode::kAuthentication,
                     fmt::format("{} before authentication: send AUTH", to_string(h.type)));
-      if (!same_digest(payload, prove(secret_, "client", peer.my_nonce_, peer.their_nonce_)))
+      const Identity client{peer.role_, peer.rank_};
+      const Identity acceptor{self_, self_rank_};
+      // The credential the claimed rank must prove; a refusal (not a member) is reported only
+      // to a peer that proved the secret.
+      std::optional<Credential> credential;
+      std::optional<Status> refused;
+      try {
+        credential = handler_->credential_for(peer.role_, peer.rank_);
+      } catch (const Error& e) {
+        refused = Status(e);
+      }
+      std::span<const std::byte> cred;
+      if (credential) cred = *credential;
+      if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
+                                                 peer.my_nonce_, peer.their_nonce_, cred))) {
+        if (!same_digest(payload, prove(secret_, "client", client, acceptor, peer.my_nonce_,
+                                        peer.their_nonce_)))
+          return fail(ErrorCode::kAuthentication,
+                      "wrong job secret: the peer's proof does not match; start every process "
+                      "with the job's PSRT_SECRET (psrun sets it)");
+        // The peer holds the secret, not the rank it claims.
+        if (refused) return fail(refused->code(), refused->message());
         return fail(ErrorCode::kAuthentication,
-                    "wrong job secret: the peer's proof does not match; start every process with "
-                    "the job's PSRT_SECRET (psrun sets it)");
+                    fmt::format("{} {} did not prove the membership credential the scheduler "
+                                "gave that rank: a worker connects to servers only as the rank "
+                                "it registered as",
+                                to_string(peer.role_), peer.rank_));
+      }
+      peer.credential_ = credential;
       peer.state_ = Peer::State::kReady;
-      auto proof = prove(secret_, "acceptor", peer.their_nonce_, peer.my_nonce_);
+      auto proof = prove(secret_, "acceptor", client, acceptor, peer.their_nonce_, peer.my_nonce_);
       Header w;
       w.type = MsgType::kWelcome;
       peer.send_bytes(w, {proof.begin(), proof.end()});
@@ -299,7 +341,15 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
                     fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
       std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
       peer.state_ = Peer::State::kClientAwaitWelcome;
-      auto proof = prove(secret_, "client", peer.their_nonce_, peer.my_nonce_);
+      std::optional<Credential> credential;
+      if (peer.role_ == Role::kServer) {
+        std::lock_guard lock(mu_);
+        credential = credential_;
+      }
+      std::span<const std::byte> cred;
+      if (credential) cred = *credential;
+      auto proof = prove(secret_, "client", {self_, peer.hello_rank_}, {peer.role_, peer.rank_},
+                         peer.their_nonce_, peer.my_nonce_, cred);
       Header a;
       a.type = MsgType::kAuth;
       return peer.send_bytes(a, {proof.begin(), proof.end()});
@@ -308,13 +358,16 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kWelcome)
         return fail(ErrorCode::kProtocol,
                     fmt::format("expected WELCOME, got {}", to_string(h.type)));
-      if (!same_digest(payload, prove(secret_, "acceptor", peer.my_nonce_, peer.their_nonce_))) {
+      if (!same_digest(payload, prove(secret_, "acceptor", {self_, peer.hello_rank_},
+                                      {peer.role_, peer.rank_}, peer.my_nonce_,
+                                      peer.their_nonce_))) {
         auto cb = std::move(peer.on_handshake_);
         peer.close();
         if (cb)
           cb(Status(ErrorCode::kAuthentication,
-                    "the peer failed to prove the job secret: it belongs to another job or has a "
-                    "different PSRT_SECRET"));
+                    "the peer failed to prove the job secret for the role and rank expected of "
+                    "it: it belongs to another job, has a different PSRT_SECRET, or is not that "
+                    "peer"));
         return;
       }
       peer.state_ = Peer::State::kReady;

@@ -92,7 +92,7 @@ void expect(bool ok, const std::string& what) {
   std::exit(1);
 }
 
-bool has(const std::string& text, const char* needle) {
+bool has(const std::string& text, std::string_view needle) {
   return text.find(needle) != std::string::npos;
 }
 
@@ -125,6 +125,7 @@ void run_attacks() {
   reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
   reg.arg1 = 0;
   auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  endpoint->set_credential(ps::credential_of(reply.header));  // rank 0's, proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
   ps::Header barrier;
@@ -162,9 +163,10 @@ void run_attacks() {
     ps::Header hello;
     hello.type = ps::MsgType::kHello;
     auto bytes = ps::encode(hello);
-    bytes[4] = std::byte{2};
+    bytes[4] = std::byte{ps::kProtocolVersion + 1};
     auto text = raw_exchange(backend, servers[0], bytes);
-    expect(has(text, "protocol version 2"), "wrong version refused: " + text);
+    expect(has(text, "protocol version " + std::to_string(ps::kProtocolVersion + 1)),
+           "wrong version refused: " + text);
   }
   {  // Garbage.
     std::vector<std::byte> junk(ps::kHeaderBytes, std::byte{0xab});

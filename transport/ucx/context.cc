@@ -132,6 +132,17 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
     PSRT_LOG_DEBUG("ucx: dropping a message for unknown or closed connection {}", id);
     return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
   }
+  // The id is the sender's word; the token is what binds the message to this connection: only
+  // the peer that received it in our bootstrap hello has it. A wrong one is dropped, not
+  // answered, and the connection it named carries on (closing it would hand any process that
+  // can reach the worker a way to cut other peers off).
+  if (!it->second->carries_route_token(h + 8)) {
+    if (++forged_dropped_ <= 10 || (forged_dropped_ & (forged_dropped_ - 1)) == 0)
+      PSRT_LOG_WARN("ucx: dropping an active message for connection {} with a wrong route token "
+                    "(forged or from another job; {} dropped so far)",
+                    id, forged_dropped_);
+    return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
+  }
   if (length > options_.max_payload_bytes) {
     auto conn = it->second;
     std::string why = "payload of " + std::to_string(length) +
@@ -224,9 +235,9 @@ void UcxContext::read_hello_on_loop(int fd) {
 
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, peer);
   try {
-    Hello reply{conn->id(), boot_id_, address_};
+    Hello reply{conn->id(), conn->route_token(), boot_id_, address_};
     auto bytes = encode_hello(reply);
-    conn->establish_on_loop(hello.conn_id, peer_address,
+    conn->establish_on_loop(hello.conn_id, hello.route_token, peer_address,
                             hello.boot_id == boot_id_ && !boot_id_.empty());
     write_all(control.get(), bytes.data(), bytes.size(),
               std::chrono::steady_clock::now() + std::chrono::seconds(1));
@@ -250,7 +261,7 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
   loop_.run_sync([&] { connections_[conn->id()] = conn; });
   Hello reply;
   try {
-    auto bytes = encode_hello(Hello{conn->id(), boot_id_, address_});
+    auto bytes = encode_hello(Hello{conn->id(), conn->route_token(), boot_id_, address_});
     write_all(fd.get(), bytes.data(), bytes.size(), deadline);
     std::array<std::byte, kHelloFixedBytes> fixed;
     read_all(fd.get(), fixed.data(), fixed.size(), deadline);
@@ -260,7 +271,7 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
     reply.worker_address.resize(address_len);
     read_all(fd.get(), reply.worker_address.data(), address_len, deadline);
     loop_.run_sync([&] {
-      conn->establish_on_loop(reply.conn_id, reply.worker_address,
+      conn->establish_on_loop(reply.conn_id, reply.route_token, reply.worker_address,
                               reply.boot_id == boot_id_ && !boot_id_.empty());
       conn->watch_liveness_on_loop(std::move(fd));
       receiver_->on_connected(conn);

@@ -8,6 +8,20 @@
 // Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses;
 // that socket then stays open as the liveness channel.
 //
+// Which connection a message belongs to: a UCX worker receives the active messages of every
+// endpoint on one handler, and nothing UCX hands the handler identifies the sender reliably. The
+// route header's connection id is the sender's word, and ids are sequential. UCX 1.13's
+// reply_ep (UCP_AM_SEND_FLAG_REPLY) is no better: the receiver finds it by an endpoint id that
+// the sender writes into UCX's own AM header, and an endpoint created from a worker address is
+// paired with ours only through UCX's per-peer connection sequence numbers, which drift apart as
+// soon as one side creates an endpoint the other does not (a failed bootstrap), so it cannot be
+// mapped to our connection reliably either. So each side draws a 128-bit random route token per
+// connection and sends it in its bootstrap hello; the peer puts it after the id in every active
+// message, and a message whose token is not the named connection's is dropped (compared in
+// constant time). A process that bootstraps its own connection learns only its own token: an id
+// is useless without the token only that connection's two ends know. The token is not a
+// secret against someone who can read the bootstrap socket; that is the secure mode's job.
+//
 // UCX 1.13 (Debian 12) quirks handled here on purpose:
 //  - Error-handling mode PEER makes UCX drop its shared-memory lanes (sysv/posix/cma) between
 //    two processes on one host, which would cost most of the bandwidth. So endpoints to a peer on
@@ -110,6 +124,7 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   std::vector<void*> close_requests_;                                              // loop only
   std::vector<std::shared_ptr<void>> retired_;  // loop only; freed after ucp_worker_destroy
   std::atomic<std::uint64_t> next_id_{1};
+  std::uint64_t forged_dropped_ = 0;  // loop only: messages with a wrong route token
   std::atomic<bool> shut_down_{false};
   std::mutex shutdown_mutex_;
   RegistrationCache<ucp_mem_h> registrations_;
