@@ -314,17 +314,25 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (credential) cred = *credential;
       if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
                                                  peer.my_nonce_, peer.their_nonce_, cred))) {
-        if (!same_digest(payload, prove(secret_, "client", client, acceptor, peer.my_nonce_,
-                                        peer.their_nonce_)))
+        const bool holds_secret = same_digest(
+            payload, prove(secret_, "client", client, acceptor, peer.my_nonce_, peer.their_nonce_));
+        if (!credential && !refused)
           return fail(ErrorCode::kAuthentication,
                       "wrong job secret: the peer's proof does not match; start every process "
                       "with the job's PSRT_SECRET (psrun sets it)");
         // The peer holds the secret, not the rank it claims.
-        if (refused) return fail(refused->code(), refused->message());
+        if (holds_secret && refused) return fail(refused->code(), refused->message());
+        if (holds_secret)
+          return fail(ErrorCode::kAuthentication,
+                      fmt::format("{} {} did not prove the membership credential the scheduler "
+                                  "gave that rank: a worker connects to servers only as the rank "
+                                  "it registered as",
+                                  to_string(peer.role_), peer.rank_));
         return fail(ErrorCode::kAuthentication,
-                    fmt::format("{} {} did not prove the membership credential the scheduler "
-                                "gave that rank: a worker connects to servers only as the rank "
-                                "it registered as",
+                    fmt::format("the peer's proof does not match: a wrong job secret (start every "
+                                "process with the job's PSRT_SECRET), or {} {} is not a live "
+                                "member with the credential the scheduler gave it (a worker "
+                                "connects to servers only as the rank it registered as)",
                                 to_string(peer.role_), peer.rank_));
       }
       peer.credential_ = credential;

@@ -2,7 +2,9 @@
 // worker, then sends the scheduler and a server what a broken or hostile peer would — a wrong
 // secret, a wrong protocol version, garbage, requests before authentication, a push of the wrong
 // length, an unknown key — and checks each gets an ERROR naming the cause and a closed
-// connection. Then it unregisters; ranks 1 and 2 check that their rounds stayed exact.
+// connection; then what a peer holding the secret may not do: connect to a server as another
+// rank, or send a message its role may not send. Then it unregisters; ranks 1 and 2 check that
+// their rounds stayed exact.
 #include "tests/integration/attacker.h"
 
 #include <condition_variable>
@@ -11,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "ps/endpoint.h"
 #include "ps/requests.h"
@@ -244,6 +247,60 @@ void run_attacks() {
     peer->send(pull);
     bool closed = client.wait_closed(peer->id());
     expect(closed && has(error, "unknown key 999"), "unknown key refused: " + error);
+  }
+  {  // Holding the secret is not being another worker: rank 0 connects to the server as rank 1
+     // (a live member) with its own credential, as rank 1 with none, and as rank 7 (no member).
+    auto try_as = [&](std::uint32_t rank, bool with_credential) {
+      Client other;
+      auto ep = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
+      ep->set_handler(&other);
+      if (with_credential) ep->set_credential(ps::credential_of(reply.header));
+      auto ot = transport::create_transport(backend, ep);
+      std::string what = "accepted";
+      try {
+        auto peer = ep->connect(*ot, servers[s0.server], rank, ps::Role::kServer, s0.server, 10s);
+        // Accepted (the old build): push 1000s as that rank; ranks 1 and 2 then see it.
+        std::vector<float> grad(s0.count, 1000.f);
+        ps::Header push;
+        push.type = ps::MsgType::kPush;
+        push.dtype = ps::WireType::kF32;
+        push.offset = s0.offset;
+        push.count = s0.count;
+        push.total = loc.header.total;
+        push.arg0 = s0.index;
+        ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+        peer->send(push, {&b, 1});
+        std::this_thread::sleep_for(200ms);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kAuthentication) what = e.what();
+      }
+      ot->shutdown();
+      expect(has(what, "only as the rank"),
+             "connection as worker " + std::to_string(rank) + " refused: " + what);
+    };
+    try_as(1, true);
+    try_as(1, false);
+    try_as(7, true);
+  }
+  {  // Per-role permissions: a peer that authenticated as a server may not LOCATE (a worker's
+     // request) at the scheduler.
+    Client other;
+    auto ep = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, ps::Limits{});
+    ep->set_handler(&other);
+    auto ot = transport::create_transport(backend, ep);
+    auto peer = ep->connect(*ot, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
+    ps::Header loc2;
+    loc2.type = ps::MsgType::kLocate;
+    loc2.key = 4242;
+    loc2.total = 1000;
+    std::string what = "answered";
+    try {
+      other.requests.call(*peer, loc2, {}, "LOCATE", 10s);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    ot->shutdown();
+    expect(has(what, "does not accept LOCATE from a server"), "LOCATE from a server refused: " + what);
   }
   ps::Header unreg;
   unreg.type = ps::MsgType::kUnregister;
