@@ -2,13 +2,24 @@
 // learns the job secret injects PUSH, SHUTDOWN and UNREGISTER into a running psrun job, over raw
 // UCX with forged route ids and over raw TCP sockets (ps_spoofer), while the job's workers check
 // every round exactly (ps_worker victim); and a process holding the secret tries to act as
-// another rank and outside its role (ps_worker attack, attacker.cc).
+// another rank and outside its role (ps_worker attack, attacker.cc). And, with real endpoints on
+// 127.0.0.1 in this process: a HELLO whose role or rank is changed on the way is refused, and a
+// worker refuses what only the scheduler may send.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <tuple>
+#include <vector>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +28,8 @@
 #include <string>
 #include <thread>
 
+#include "ps/endpoint.h"
+#include "ps/permissions.h"
 #include "transport/factory.h"
 
 namespace {
@@ -177,5 +190,208 @@ TEST_P(SecretHolder, CannotActAsAnotherRankOrRole) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, SecretHolder,
                          ::testing::ValuesIn(psrt::transport::available_backends()));
+
+using psrt::ps::MsgType;
+using psrt::ps::Role;
+
+// Records what reaches the handler of an endpoint.
+class Recorder final : public psrt::ps::Handler {
+ public:
+  void on_peer_ready(psrt::ps::Peer& peer) override {
+    std::lock_guard lock(mu);
+    ready.push_back({peer.role(), peer.rank()});
+    if (on_ready) on_ready(peer);
+  }
+  psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&,
+                                   std::size_t) override {
+    throw psrt::Error(psrt::ErrorCode::kProtocol, "no data messages here");
+  }
+  void on_message(psrt::ps::Peer&, const psrt::ps::Header& h, std::span<const std::byte> payload,
+                  const psrt::transport::Placement&) override {
+    std::lock_guard lock(mu);
+    messages.push_back(h.type);
+    if (h.type == MsgType::kError)
+      errors.emplace_back(reinterpret_cast<const char*>(payload.data()), payload.size());
+  }
+  std::function<void(psrt::ps::Peer&)> on_ready;
+  std::mutex mu;
+  std::vector<std::pair<Role, std::uint32_t>> ready;
+  std::vector<MsgType> messages;
+  std::vector<std::string> errors;
+};
+
+constexpr char kSecret[] = "identity-test-secret-0123456789";
+
+// A TCP relay on 127.0.0.1 that sets byte `at` of the client-to-acceptor stream to `value`: a
+// man in the middle without the secret, rewriting the first frame (the HELLO).
+class Tamper {
+ public:
+  Tamper(const std::string& target, std::size_t at, unsigned char value) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&sa), len), 0);
+    EXPECT_EQ(::listen(listen_, 1), 0);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&sa), &len);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+    const auto colon = target.rfind(':');
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(target.substr(colon + 1))));
+    relay_ = std::thread([this, to, at, value] {
+      int client = ::accept(listen_, nullptr, nullptr);
+      int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (client < 0 || ::connect(server, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0)
+        return;
+      std::size_t upstream = 0;
+      char buf[4096];
+      for (;;) {
+        pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+        if (::poll(fds, 2, 100) < 0 || stop_) break;
+        bool closed = false;
+        for (int i = 0; i < 2; ++i) {
+          if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+          if (n <= 0) {
+            closed = true;
+            break;
+          }
+          if (i == 0) {
+            if (at >= upstream && at < upstream + static_cast<std::size_t>(n))
+              buf[at - upstream] = static_cast<char>(value);
+            upstream += static_cast<std::size_t>(n);
+          }
+          ::send(i == 0 ? server : client, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+        }
+        if (closed || stop_) break;
+      }
+      ::close(client);
+      ::close(server);
+    });
+  }
+  ~Tamper() {
+    stop_ = true;
+    ::shutdown(listen_, SHUT_RDWR);
+    relay_.join();
+    ::close(listen_);
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  int listen_ = -1;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::thread relay_;
+};
+
+// The HELLO is the tcp backend's first frame: a 24-byte frame prefix, then the PS header whose
+// arg0 (role) is at 56 and arg1 (rank) at 60. Changing either on the way used to go unnoticed
+// (the proof covered only the secret and the nonces): the acceptor took the client for another
+// rank or role. Now both proofs cover role and rank, and the acceptor refuses.
+TEST(Handshake, RoleOrRankChangedOnTheWayIsRefused) {
+  for (auto [at, value, what] : {std::tuple<std::size_t, unsigned char, const char*>{
+                                     24 + 60, 1, "rank 3 -> 1"},
+                                 {24 + 56, 1, "role worker -> server"}}) {
+    SCOPED_TRACE(what);
+    Recorder server_side;
+    auto acceptor = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kServer, psrt::ps::Limits{});
+    acceptor->set_handler(&server_side);
+    auto st = psrt::transport::create_transport("tcp", acceptor);
+    const auto address = st->listen("127.0.0.1:0");
+    Tamper mitm(address, at, value);
+
+    Recorder worker_side;
+    auto client = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kWorker, psrt::ps::Limits{});
+    client->set_handler(&worker_side);
+    auto wt = psrt::transport::create_transport("tcp", client);
+    psrt::ErrorCode code = psrt::ErrorCode::kOk;
+    try {
+      client->connect(*wt, mitm.address(), 3, Role::kServer, 0, std::chrono::seconds(5));
+    } catch (const psrt::Error& e) {
+      code = e.code();
+    }
+    EXPECT_EQ(code, psrt::ErrorCode::kAuthentication);
+    {
+      std::lock_guard lock(server_side.mu);
+      EXPECT_TRUE(server_side.ready.empty()) << "the acceptor took the peer for role "
+                                             << static_cast<int>(server_side.ready[0].first)
+                                             << " rank " << server_side.ready[0].second;
+    }
+    wt->shutdown();
+    st->shutdown();
+  }
+}
+
+// Only the scheduler sends SHUTDOWN and MEMBERSHIP: a worker whose server (a process holding the
+// secret) sends them refuses both with an ERROR naming the rule, and its handler never sees them.
+// Before the table, the worker's handler took a SHUTDOWN from anyone.
+TEST(Permissions, WorkerRefusesSchedulerOnlyMessagesFromAServer) {
+  Recorder server_side;
+  server_side.on_ready = [](psrt::ps::Peer& peer) {
+    psrt::ps::Header h;
+    h.type = MsgType::kShutdown;
+    std::string why = "forged";
+    auto b = psrt::ps::as_bytes(why);
+    peer.send_bytes(h, {b.begin(), b.end()});
+  };
+  auto acceptor = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kServer, psrt::ps::Limits{});
+  acceptor->set_handler(&server_side);
+  auto st = psrt::transport::create_transport("tcp", acceptor);
+  const auto address = st->listen("127.0.0.1:0");
+
+  Recorder worker_side;
+  auto client = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kWorker, psrt::ps::Limits{});
+  client->set_handler(&worker_side);
+  auto wt = psrt::transport::create_transport("tcp", client);
+  client->connect(*wt, address, 0, Role::kServer, 0, std::chrono::seconds(5));
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard lock(server_side.mu);
+    return !server_side.errors.empty();
+  }));
+  {
+    std::lock_guard lock(server_side.mu);
+    ASSERT_FALSE(server_side.errors.empty());
+    EXPECT_NE(server_side.errors[0].find("a worker does not accept SHUTDOWN from a server"),
+              std::string::npos)
+        << server_side.errors[0];
+  }
+  {
+    std::lock_guard lock(worker_side.mu);
+    EXPECT_TRUE(worker_side.messages.empty()) << "the worker's handler saw a forged message";
+  }
+  wt->shutdown();
+  st->shutdown();
+}
+
+// The table itself, for the rules the issue names.
+TEST(Permissions, OnlyTheSchedulerSendsShutdownAndMembership) {
+  using psrt::ps::may_send;
+  for (MsgType t : {MsgType::kShutdown, MsgType::kMembership}) {
+    EXPECT_FALSE(may_send(Role::kServer, Role::kWorker, t));
+    EXPECT_FALSE(may_send(Role::kWorker, Role::kServer, t));
+    EXPECT_FALSE(may_send(Role::kWorker, Role::kWorker, t));
+    EXPECT_FALSE(may_send(Role::kServer, Role::kServer, t));
+    EXPECT_FALSE(may_send(Role::kScheduler, Role::kWorker, t));
+  }
+  EXPECT_TRUE(may_send(Role::kServer, Role::kScheduler, MsgType::kShutdown));
+  EXPECT_TRUE(may_send(Role::kServer, Role::kScheduler, MsgType::kMembership));
+  EXPECT_TRUE(may_send(Role::kWorker, Role::kScheduler, MsgType::kShutdown));
+  EXPECT_FALSE(may_send(Role::kWorker, Role::kScheduler, MsgType::kMembership));
+  // Servers register and heartbeat; LOCATE, BARRIER and UNREGISTER are a worker's.
+  for (MsgType t : {MsgType::kLocate, MsgType::kBarrier, MsgType::kUnregister})
+    EXPECT_FALSE(may_send(Role::kScheduler, Role::kServer, t));
+  // Data goes from workers to servers only.
+  for (MsgType t : {MsgType::kPush, MsgType::kPull, MsgType::kInit, MsgType::kPushPull})
+    for (Role from : {Role::kScheduler, Role::kServer, Role::kWorker})
+      EXPECT_EQ(may_send(Role::kServer, from, t), from == Role::kWorker);
+  // Nothing before the handshake reaches the table's callers: handshake types are not in it.
+  for (MsgType t : {MsgType::kHello, MsgType::kChallenge, MsgType::kAuth, MsgType::kWelcome})
+    for (Role to : {Role::kScheduler, Role::kServer, Role::kWorker})
+      for (Role from : {Role::kScheduler, Role::kServer, Role::kWorker})
+        EXPECT_FALSE(may_send(to, from, t));
+}
 
 }  // namespace
