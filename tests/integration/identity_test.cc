@@ -30,6 +30,8 @@
 
 #include "ps/endpoint.h"
 #include "ps/permissions.h"
+#include "ps/requests.h"
+#include "runtime/scheduler.h"
 #include "transport/factory.h"
 
 namespace {
@@ -364,6 +366,53 @@ TEST(Permissions, WorkerRefusesSchedulerOnlyMessagesFromAServer) {
   }
   wt->shutdown();
   st->shutdown();
+}
+
+// One registration per connection: a worker that REGISTERs a second time on its connection
+// (here while the scheduler still waits for the job's second worker) is refused, naming the
+// rule, instead of holding two ranks (the old scheduler queued both; the second rank would never
+// arrive at a barrier).
+TEST(SchedulerIdentity, SecondRegisterOnOneConnectionIsRefused) {
+  psrt::runtime::SchedulerConfig config;
+  config.secret = kSecret;
+  config.num_workers = 2;
+  psrt::runtime::Scheduler scheduler(config);
+
+  struct Client final : psrt::ps::Handler {
+    psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&,
+                                     std::size_t) override {
+      throw psrt::Error(psrt::ErrorCode::kProtocol, "no data");
+    }
+    void on_message(psrt::ps::Peer& peer, const psrt::ps::Header& h,
+                    std::span<const std::byte> payload,
+                    const psrt::transport::Placement&) override {
+      requests.complete(peer, h, payload);
+    }
+    void on_peer_closed(psrt::ps::Peer& peer, const psrt::Status& why) override {
+      requests.fail_peer(peer, why);
+    }
+    psrt::ps::Requests requests;
+  } client;
+  auto ep = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kWorker, psrt::ps::Limits{});
+  ep->set_handler(&client);
+  auto t = psrt::transport::create_transport("tcp", ep);
+  auto peer = ep->connect(*t, scheduler.address(), psrt::ps::kAnyRank, Role::kScheduler, 0,
+                          std::chrono::seconds(5));
+  psrt::ps::Header reg;
+  reg.type = MsgType::kRegister;
+  reg.arg0 = static_cast<std::uint32_t>(Role::kWorker);
+  reg.arg1 = psrt::ps::kAnyRank;
+  reg.request_id = client.requests.add(*peer, "first REGISTER", [](auto&&...) {});
+  peer->send(reg);
+  std::string what = "no answer";
+  try {
+    client.requests.call(*peer, reg, {}, "second REGISTER", std::chrono::seconds(5));
+  } catch (const psrt::Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("sent REGISTER twice: one registration per connection"), std::string::npos)
+      << what;
+  t->shutdown();
 }
 
 // The table itself, for the rules the issue names.
