@@ -33,7 +33,8 @@ Digest prove(std::string_view secret, std::string_view label, const Identity& cl
   std::string msg = "psrt-auth-v2:";
   msg += label;
   auto u32 = [&msg](std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) msg += static_cast<char>((v >> (8 * i)) & 0xff);
+    for (int i = 0; i < 4; ++i)
+      msg += static_cast<char>((v >> (8 * i)) & 0xff);
   };
   u32(static_cast<std::uint32_t>(client.role));
   u32(client.rank);

@@ -27,8 +27,8 @@ bool is_data(MsgType t) {
 
 Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
   return Status(ErrorCode::kProtocol,
-                fmt::format("a {} does not accept {} from a {} (ps/permissions.h)", to_string(self_),
-                            to_string(type), to_string(peer.role())));
+                fmt::format("a {} does not accept {} from a {} (ps/permissions.h)",
+                            to_string(self_), to_string(type), to_string(peer.role())));
 }
 
 Endpoint::Endpoint(std::string secret, Role self, Limits limits)
@@ -366,9 +366,9 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kWelcome)
         return fail(ErrorCode::kProtocol,
                     fmt::format("expected WELCOME, got {}", to_string(h.type)));
-      if (!same_digest(payload, prove(secret_, "acceptor", {self_, peer.hello_rank_},
-                                      {peer.role_, peer.rank_}, peer.my_nonce_,
-                                      peer.their_nonce_))) {
+      if (!same_digest(payload,
+                       prove(secret_, "acceptor", {self_, peer.hello_rank_},
+                             {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
         auto cb = std::move(peer.on_handshake_);
         peer.close();
         if (cb)

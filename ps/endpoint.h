@@ -72,7 +72,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   Role role_ = Role::kWorker;
   std::atomic<std::uint32_t> rank_{kAnyRank};
   std::optional<Credential> credential_;  // set before the peer is ready, then constant
-  std::uint32_t hello_rank_ = kAnyRank;  // client side: the rank this end claimed in HELLO
+  std::uint32_t hello_rank_ = kAnyRank;   // client side: the rank this end claimed in HELLO
   Nonce my_nonce_{};
   Nonce their_nonce_{};
   std::atomic<std::int64_t> last_seen_{0};

@@ -20,8 +20,8 @@ bool may_send(Role receiver, Role sender, MsgType t) noexcept {
       if (sender == Role::kServer)
         return one_of(t, {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kError});
       if (sender == Role::kWorker)
-        return one_of(t, {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat,
-                          M::kError});
+        return one_of(
+            t, {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat, M::kError});
       return false;
     case Role::kServer:
       if (sender == Role::kScheduler)
@@ -32,8 +32,8 @@ bool may_send(Role receiver, Role sender, MsgType t) noexcept {
       return false;
     case Role::kWorker:
       if (sender == Role::kScheduler)
-        return one_of(t, {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply,
-                          M::kBarrierReply, M::kShutdown, M::kError});
+        return one_of(t, {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
+                          M::kShutdown, M::kError});
       if (sender == Role::kServer)
         return one_of(t, {M::kInitReply, M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
                           M::kDeviceInfoReply, M::kPullIpcReply, M::kError});

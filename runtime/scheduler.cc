@@ -130,10 +130,9 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
   Lock lock(mu_);
   if (finished_) return peer.send_error(h.request_id, ErrorCode::kCancelled, "the job ended", true);
   if (registered_locked(peer))
-    return peer.send_error(h.request_id, ErrorCode::kProtocol,
-                           fmt::format("{} sent REGISTER twice: one registration per connection",
-                                       peer.name()),
-                           true);
+    return peer.send_error(
+        h.request_id, ErrorCode::kProtocol,
+        fmt::format("{} sent REGISTER twice: one registration per connection", peer.name()), true);
   if (peer.role() == ps::Role::kServer) {
     std::vector<std::string> address;
     if (Status s = ps::decode_lines(payload, address); !s.ok() || address.size() != 1)
@@ -259,7 +258,8 @@ void Scheduler::start_next_change_locked() {
   auto then = std::move(changes_.front());
   changes_.pop_front();
   std::vector<ps::MemberRecord> members;
-  for (const auto& [r, p] : workers_) members.push_back({r, credentials_.at(r)});
+  for (const auto& [r, p] : workers_)
+    members.push_back({r, credentials_.at(r)});
   auto body = ps::encode_members(members);
   auto remaining = std::make_shared<std::size_t>(servers_.size());
   auto on_ack = [this, remaining, then](const Status&, const Header&, std::span<const std::byte>) {

@@ -300,7 +300,8 @@ void run_attacks() {
       what = e.what();
     }
     ot->shutdown();
-    expect(has(what, "does not accept LOCATE from a server"), "LOCATE from a server refused: " + what);
+    expect(has(what, "does not accept LOCATE from a server"),
+           "LOCATE from a server refused: " + what);
   }
   ps::Header unreg;
   unreg.type = ps::MsgType::kUnregister;

@@ -16,17 +16,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
-#include <mutex>
-#include <tuple>
-#include <vector>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "ps/endpoint.h"
 #include "ps/permissions.h"
@@ -56,7 +56,8 @@ std::string slurp(const fs::path& p) {
 
 int count(const std::string& text, const std::string& needle) {
   int n = 0;
-  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1))
+    ++n;
   return n;
 }
 
@@ -204,8 +205,7 @@ class Recorder final : public psrt::ps::Handler {
     ready.push_back({peer.role(), peer.rank()});
     if (on_ready) on_ready(peer);
   }
-  psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&,
-                                   std::size_t) override {
+  psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&, std::size_t) override {
     throw psrt::Error(psrt::ErrorCode::kProtocol, "no data messages here");
   }
   void on_message(psrt::ps::Peer&, const psrt::ps::Header& h, std::span<const std::byte> payload,
@@ -294,12 +294,13 @@ class Tamper {
 // (the proof covered only the secret and the nonces): the acceptor took the client for another
 // rank or role. Now both proofs cover role and rank, and the acceptor refuses.
 TEST(Handshake, RoleOrRankChangedOnTheWayIsRefused) {
-  for (auto [at, value, what] : {std::tuple<std::size_t, unsigned char, const char*>{
-                                     24 + 60, 1, "rank 3 -> 1"},
-                                 {24 + 56, 1, "role worker -> server"}}) {
+  for (auto [at, value, what] :
+       {std::tuple<std::size_t, unsigned char, const char*>{24 + 60, 1, "rank 3 -> 1"},
+        {24 + 56, 1, "role worker -> server"}}) {
     SCOPED_TRACE(what);
     Recorder server_side;
-    auto acceptor = std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kServer, psrt::ps::Limits{});
+    auto acceptor =
+        std::make_shared<psrt::ps::Endpoint>(kSecret, Role::kServer, psrt::ps::Limits{});
     acceptor->set_handler(&server_side);
     auto st = psrt::transport::create_transport("tcp", acceptor);
     const auto address = st->listen("127.0.0.1:0");
@@ -318,9 +319,9 @@ TEST(Handshake, RoleOrRankChangedOnTheWayIsRefused) {
     EXPECT_EQ(code, psrt::ErrorCode::kAuthentication);
     {
       std::lock_guard lock(server_side.mu);
-      EXPECT_TRUE(server_side.ready.empty()) << "the acceptor took the peer for role "
-                                             << static_cast<int>(server_side.ready[0].first)
-                                             << " rank " << server_side.ready[0].second;
+      EXPECT_TRUE(server_side.ready.empty())
+          << "the acceptor took the peer for role " << static_cast<int>(server_side.ready[0].first)
+          << " rank " << server_side.ready[0].second;
     }
     wt->shutdown();
     st->shutdown();

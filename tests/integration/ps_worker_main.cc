@@ -217,7 +217,8 @@ void victim(psrt::Worker& w, const Args& a) {
   const std::size_t size = 4099;
   const int n = w.num_workers();
   std::vector<float> v(size), g(size), out(size);
-  for (std::size_t i = 0; i < size; ++i) v[i] = init_value(i);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = init_value(i);
   w.init(0, v);
   w.barrier();
   const std::string ready = a.stop_file + ".ready" + std::to_string(w.rank());

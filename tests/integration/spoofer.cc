@@ -43,11 +43,13 @@ using Bytes = std::vector<unsigned char>;
 }
 
 void put(Bytes& b, std::size_t at, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) b[at + i] = static_cast<unsigned char>(v >> (8 * i));
+  for (int i = 0; i < n; ++i)
+    b[at + i] = static_cast<unsigned char>(v >> (8 * i));
 }
 std::uint64_t get(const unsigned char* p, int n) {
   std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+  for (int i = 0; i < n; ++i)
+    v |= std::uint64_t{p[i]} << (8 * i);
   return v;
 }
 
@@ -76,7 +78,8 @@ std::vector<Attack> attacks(std::uint64_t count) {
   std::vector<Attack> out;
   // A gradient of 1000s: applied once, every weight is off by thousands.
   Bytes grad(count * 4);
-  for (std::size_t i = 0; i < count; ++i) put(grad, i * 4, 0x447a0000u, 4);  // 1000.0f
+  for (std::size_t i = 0; i < count; ++i)
+    put(grad, i * 4, 0x447a0000u, 4);  // 1000.0f
   out.push_back({"PUSH", true, ps_header(MsgType::kPush, 0, count), grad});
   Bytes reason = {'s', 'p', 'o', 'o', 'f'};
   out.push_back({"SHUTDOWN", true, ps_header(MsgType::kShutdown, 3, 0), reason});
@@ -180,7 +183,7 @@ void progress(Ucx& u, int ms) {
 }
 
 struct Target {
-  int control = -1;          // the liveness socket: held open while we send
+  int control = -1;  // the liveness socket: held open while we send
   ucp_ep_h ep = nullptr;
   std::uint64_t our_id = 0;  // the target's id of our connection
   Bytes our_token;           // and its token (empty for hello version 1)
@@ -244,9 +247,9 @@ void send_am(Ucx& u, Target& t, std::uint64_t route_id, const Bytes& token, cons
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   param.datatype = ucp_dt_make_contig(1);
-  ucs_status_ptr_t req = ucp_am_send_nbx(t.ep, 0, header.data(), header.size(),
-                                         a.payload.empty() ? nullptr : a.payload.data(),
-                                         a.payload.size(), &param);
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(t.ep, 0, header.data(), header.size(),
+                      a.payload.empty() ? nullptr : a.payload.data(), a.payload.size(), &param);
   if (UCS_PTR_IS_ERR(req)) return;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (req != nullptr && ucp_request_check_status(req) == UCS_INPROGRESS &&

@@ -35,7 +35,8 @@ TEST(Auth, ProofIsHmacSha256OverTheLabelIdentitiesNoncesAndCredential) {
   const Nonce a = nonce_of(1);
   const Nonce b = nonce_of(100);
   Credential cred;
-  for (std::size_t i = 0; i < cred.size(); ++i) cred[i] = std::byte(static_cast<std::uint8_t>(7 * i));
+  for (std::size_t i = 0; i < cred.size(); ++i)
+    cred[i] = std::byte(static_cast<std::uint8_t>(7 * i));
   // The proof's exact input is part of the wire protocol: peers of one version must agree.
   std::string msg = "psrt-auth-v2:client";
   for (std::uint32_t v : {2u, 3u, 1u, 1u})  // worker 3 to server 1, u32 little-endian each

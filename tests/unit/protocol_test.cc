@@ -198,8 +198,7 @@ TEST(ProtocolHeader, RejectsBadMagic) {
 TEST(ProtocolHeader, RejectsAnotherProtocolVersion) {
   auto b = encode(control_header(MsgType::kBarrier));
   wire::store<std::uint16_t>(&b[4], kProtocolVersion + 1);
-  expect_rejected(decode_bytes(b, 0),
-                  "protocol version " + std::to_string(kProtocolVersion + 1));
+  expect_rejected(decode_bytes(b, 0), "protocol version " + std::to_string(kProtocolVersion + 1));
   wire::store<std::uint16_t>(&b[4], 0);
   expect_rejected(decode_bytes(b, 0), "protocol version 0");
 }

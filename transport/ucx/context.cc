@@ -138,9 +138,10 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
   // can reach the worker a way to cut other peers off).
   if (!it->second->carries_route_token(h + 8)) {
     if (++forged_dropped_ <= 10 || (forged_dropped_ & (forged_dropped_ - 1)) == 0)
-      PSRT_LOG_WARN("ucx: dropping an active message for connection {} with a wrong route token "
-                    "(forged or from another job; {} dropped so far)",
-                    id, forged_dropped_);
+      PSRT_LOG_WARN(
+          "ucx: dropping an active message for connection {} with a wrong route token "
+          "(forged or from another job; {} dropped so far)",
+          id, forged_dropped_);
     return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
   }
   if (length > options_.max_payload_bytes) {

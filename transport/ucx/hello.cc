@@ -57,9 +57,10 @@ std::string decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes> in, 
   }
   auto version = wire::load<std::uint16_t>(p + 4);
   if (version != kHelloVersion) {
-    return fmt::format("handshake version {} is not supported (this build speaks {}: every "
-                       "process of a job must run the same psrt build)",
-                       version, kHelloVersion);
+    return fmt::format(
+        "handshake version {} is not supported (this build speaks {}: every "
+        "process of a job must run the same psrt build)",
+        version, kHelloVersion);
   }
   if (wire::load<std::uint16_t>(p + 6) != 0) return "reserved handshake field is not zero";
   out.conn_id = wire::load<std::uint64_t>(p + 8);
