@@ -2,6 +2,9 @@
 // AUTH / WELCOME handshake (ps/auth.h); only then are its messages decoded for the role's
 // Handler. A bad message (malformed header, wrong version, wrong secret, a message before auth)
 // gets an ERROR reply naming the cause, then the connection is closed; other peers carry on.
+// Once authenticated, a peer may send only what ps/permissions.h allows its role; a worker
+// connecting to a server also proves the membership credential the scheduler gave its rank
+// (Handler::credential_for, Endpoint::set_credential).
 //
 // Threads: Handler callbacks run on the transport's progress thread and must not block.
 // Peer::send and Peer::close may be called from any thread.

@@ -216,7 +216,7 @@ Target bootstrap(Ucx& u, const std::string& address) {
     t.control = tcp_connect(address);
     Bytes reply(fixed);
     if (!write_all(t.control, hello.data(), hello.size()) ||
-        !read_all(t.control, reply.data(), fixed, 3000) || get(reply.data(), 4) != 0x58555350) {
+        !read_all(t.control, reply.data(), fixed, 10000) || get(reply.data(), 4) != 0x58555350) {
       ::close(t.control);
       continue;
     }
@@ -224,7 +224,7 @@ Target bootstrap(Ucx& u, const std::string& address) {
     t.our_id = get(reply.data() + 8, 8);
     if (version == 2) t.our_token.assign(reply.begin() + 16, reply.begin() + 32);
     Bytes theirs(get(reply.data() + fixed - 4, 4));
-    if (!read_all(t.control, theirs.data(), theirs.size(), 3000)) die("truncated hello reply");
+    if (!read_all(t.control, theirs.data(), theirs.size(), 10000)) die("truncated hello reply");
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
