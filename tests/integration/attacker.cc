@@ -10,12 +10,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "ps/endpoint.h"
+#include "psrt/psrt.h"
 #include "ps/requests.h"
 #include "transport/factory.h"
 
@@ -307,6 +309,76 @@ void run_attacks() {
   unreg.type = ps::MsgType::kUnregister;
   client.requests.call(*sched, unreg, {}, "UNREGISTER", 10s);
   t->shutdown();
+}
+
+void run_stale_rank(const std::string& sync) {
+  const std::string backend = std::getenv("PSRT_TRANSPORT");
+  const std::string secret = std::getenv("PSRT_SECRET");
+  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+  Client client;
+  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
+  endpoint->set_handler(&client);
+  auto t = transport::create_transport(backend, endpoint);
+  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
+  ps::Header reg;
+  reg.type = ps::MsgType::kRegister;
+  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
+  reg.arg1 = 0;
+  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  expect(reply.header.arg0 == 0, "registered as rank 0");
+  std::vector<std::string> servers;
+  expect(ps::decode_lines(reply.payload, servers).ok() && servers.size() == 1, "one server");
+  endpoint->set_credential(ps::credential_of(reply.header));
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(sync + ".inited")) {
+    expect(std::chrono::steady_clock::now() < deadline, "rank 1 initialised key 0 within 30 s");
+    std::this_thread::sleep_for(5ms);
+  }
+  // The connection that outlives the registration it was made under.
+  auto old = endpoint->connect(*t, servers[0], 0, ps::Role::kServer, 0, 10s);
+  ps::Header unreg;
+  unreg.type = ps::MsgType::kUnregister;
+  client.requests.call(*sched, unreg, {}, "UNREGISTER", 10s);
+
+  WorkerOptions o;
+  o.scheduler = scheduler_addr;
+  o.transport = backend;
+  o.secret = secret;
+  o.rank = 0;
+  Worker again = Worker::join(o);
+  expect(again.rank() == 0, "rejoined as rank 0 (a new registration)");
+
+  std::vector<float> grad(4, 1000.f);
+  ps::Header push;
+  push.type = ps::MsgType::kPush;
+  push.dtype = ps::WireType::kF32;
+  push.count = push.total = 4;
+  std::string error = "accepted";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  push.request_id = client.requests.add(*old, "PUSH on the old connection",
+                                        [&](const Status& s, const ps::Header&, auto) {
+                                          std::lock_guard lock(mu);
+                                          if (!s.ok()) error = s.message();
+                                          done = true;
+                                          cv.notify_all();
+                                        });
+  ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+  old->send(push, {&b, 1});
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, 10s, [&] { return done; });
+  }
+  std::this_thread::sleep_for(300ms);  // an accepted push (async) is applied by now
+  std::vector<float> out(4, -1.f);
+  again.pull(0, out).wait();
+  expect(has(error, "no longer a live member"),
+         "push on a connection of an earlier registration refused: " + error);
+  expect(out == std::vector<float>(4, 0.f), "weights untouched (" + std::to_string(out[0]) + ")");
+  again.shutdown();
+  t->shutdown();
+  if (std::FILE* f = std::fopen(sync.c_str(), "w")) std::fclose(f);
 }
 
 }  // namespace psrt::test

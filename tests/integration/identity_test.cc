@@ -191,6 +191,26 @@ TEST_P(SecretHolder, CannotActAsAnotherRankOrRole) {
   EXPECT_EQ(count(out, "PASS attack"), 3) << out;
 }
 
+// A rank that left and was given to a new registration is not the old connection's any more:
+// rank 0 keeps a server connection from its first registration, unregisters, rejoins as rank 0,
+// and pushes 1000s through the old connection (async mode: applied at once if accepted). The
+// server refuses it; the weights stay zero. Before credentials the push was applied as the new
+// rank 0's.
+TEST_P(SecretHolder, ConnectionOfAnEarlierRegistrationCannotPush) {
+  const auto sync = scratch("stale_" + GetParam());
+  scratch("stale_" + GetParam() + ".inited");
+  const auto log = scratch("stale.txt");
+  Background job(std::string(PSRUN_PATH) + " --transport " + GetParam() +
+                 " -n 2 --mode async --lr 1 -- " + PS_WORKER_PATH + " stale --stop-file " +
+                 sync.string() + " > " + log.string() + " 2>&1");
+  const int rc = job.wait(std::chrono::seconds(60));
+  const std::string out = slurp(log);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "OK push on a connection of an earlier registration refused"), 1) << out;
+  EXPECT_EQ(count(out, "OK weights untouched"), 1) << out;
+  EXPECT_EQ(count(out, "PASS stale"), 2) << out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SecretHolder,
                          ::testing::ValuesIn(psrt::transport::available_backends()));
 

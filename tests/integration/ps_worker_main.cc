@@ -14,6 +14,9 @@
 //                                                  slice leaves that slice exactly unchanged
 //   ps_worker clip [--max-norm X]                  2 workers, clipping to norm 1 (psrun's
 //                                                  --max-grad-norm, or set_optimizer with X)
+//   ps_worker stale --stop-file F                  async, 2 workers: rank 0 (attacker.cc) pushes
+//                                                  on a connection of an earlier registration
+//                                                  of its rank; rank 1 holds key 0 (zeros)
 //   ps_worker victim --stop-file F --rounds R      sum mode, lr 1: after init and a barrier
 //                                                  each rank writes F.ready<rank> and waits for
 //                                                  F.go (an attack runs meanwhile), then checks
@@ -335,6 +338,15 @@ void schedule(psrt::Worker& w, const Args& a) {
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
+  if (a.scenario == "stale" && std::string(std::getenv("PSRT_RANK")) == "0") {
+    try {
+      psrt::test::run_stale_rank(a.stop_file);
+    } catch (const psrt::Error& e) {
+      fail(std::string("stale: ") + e.what());
+    }
+    std::printf("PASS stale rank 0\n");
+    return 0;
+  }
   if (a.scenario == "attack" && std::string(std::getenv("PSRT_RANK")) == "0") {
     try {
       psrt::test::run_attacks();
@@ -365,6 +377,15 @@ int main(int argc, char** argv) {
       clip(w, a);
     } else if (a.scenario == "victim") {
       victim(w, a);
+    } else if (a.scenario == "stale") {
+      std::vector<float> zeros(4, 0.f);
+      w.init(0, zeros);
+      if (std::FILE* f = std::fopen((a.stop_file + ".inited").c_str(), "w")) std::fclose(f);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+      while (!std::filesystem::exists(a.stop_file)) {
+        if (std::chrono::steady_clock::now() > deadline) fail("rank 0 did not finish in 40 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
     } else {
       fail("unknown scenario " + a.scenario);
     }
