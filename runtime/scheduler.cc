@@ -165,10 +165,11 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
   // A worker joining a running job: a rank never used before unless it asks for a free one.
   std::uint32_t rank = h.arg1;
   if (rank == ps::kAnyRank || workers_.count(rank)) rank = next_rank_;
+  const ps::Credential credential = ps::random_credential();  // throws before any change
   next_rank_ = std::max(next_rank_, rank + 1);
   peer.set_rank(rank);
   workers_[rank] = w.peer;
-  credentials_[rank] = ps::random_credential();
+  credentials_[rank] = credential;
   PSRT_LOG_INFO("worker {} joined the running job; {} workers", rank, workers_.size());
   change_members_locked([this, w, rank] { reply_register(w, rank); });
 }
@@ -176,6 +177,9 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
 void Scheduler::admit_pending_locked() {
   if (rendezvous_done_ || pending_workers_.size() < config_.num_workers) return;
   if (std::any_of(servers_.begin(), servers_.end(), [](const auto& s) { return !s; })) return;
+  std::vector<ps::Credential> credentials;  // drawn first: a failure changes nothing
+  for (std::size_t i = 0; i < pending_workers_.size(); ++i)
+    credentials.push_back(ps::random_credential());
   rendezvous_done_ = true;
   // Wanted ranks first (when unique and in range), then the lowest free ones.
   std::set<std::uint32_t> taken;
@@ -196,7 +200,7 @@ void Scheduler::admit_pending_locked() {
     auto& w = pending_workers_[i].first;
     w.peer->set_rank(ranks[i]);
     workers_[ranks[i]] = w.peer;
-    credentials_[ranks[i]] = ps::random_credential();
+    credentials_[ranks[i]] = credentials[i];
     next_rank_ = std::max(next_rank_, ranks[i] + 1);
     admitted.push_back({w, ranks[i]});
   }
