@@ -19,11 +19,12 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure --timeout 300
 
-# The fault and garbage-input tests again, under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The fault, garbage-input and identity tests again, under AddressSanitizer and
+# UndefinedBehaviorSanitizer.
 test-sanitize: deps
 	@for s in address undefined; do \
 	  cmake -S . -B $(BUILD)-$$s -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=$$s >/dev/null && \
-	  cmake --build $(BUILD)-$$s -j$(JOBS) --target transport_conformance_test && \
+	  cmake --build $(BUILD)-$$s -j$(JOBS) --target transport_conformance_test identity_test && \
 	  ctest --test-dir $(BUILD)-$$s --output-on-failure --timeout 300 -L sanitize || exit 1; \
 	done
 
