@@ -3,9 +3,9 @@
 // authenticated peers.
 //
 //   ps_spoofer ucx SCHEDULER SERVER COUNT   raw UCX (libucp only): a bootstrap hello to each
-//       target, then active messages whose route names every other connection id (1..8) with a
-//       guessed token; then the same messages on its own connection, which must be refused as
-//       unauthenticated
+//       target, then active messages with forged routes (hello version 1: every other
+//       connection id 1..8; version 2: random route tokens); then the same messages on its own
+//       connection, which must be refused as unauthenticated
 //   ps_spoofer tcp SCHEDULER SERVER COUNT   raw sockets: the same messages, each on a fresh
 //       connection that never authenticated
 //
@@ -185,15 +185,15 @@ void progress(Ucx& u, int ms) {
 struct Target {
   int control = -1;  // the liveness socket: held open while we send
   ucp_ep_h ep = nullptr;
-  std::uint64_t our_id = 0;  // the target's id of our connection
-  Bytes our_token;           // and its token (empty for hello version 1)
+  Bytes our_token;           // the target's route token for our connection (version 2)
+  std::uint64_t our_id = 0;  // version 1: the target's id of our connection
   int version = 0;
 };
 
 void ignore_ep_error(void*, ucp_ep_h, ucs_status_t) {}
 
-// Bootstraps one connection to `address` with hello version 2 (route token), falling back to
-// version 1 (no token) for a build that speaks only that.
+// Bootstraps one connection to `address` with hello version 2 (route tokens), falling back to
+// version 1 (sequential connection ids, no token) for a build that speaks only that.
 Target bootstrap(Ucx& u, const std::string& address) {
   ucp_worker_attr_t wa{};
   wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
@@ -202,14 +202,17 @@ Target bootstrap(Ucx& u, const std::string& address) {
              static_cast<unsigned char*>(static_cast<void*>(wa.address)) + wa.address_length);
   ucp_worker_release_address(u.worker, wa.address);
   for (int version : {2, 1}) {
-    const std::size_t fixed = version == 2 ? 76 : 60;
-    const std::size_t boot = version == 2 ? 32 : 16;
+    // v2: magic, version, reserved, token[16], boot id[40], address_len; v1: ..., id[8], boot
+    // id[40], address_len. The boot id stays empty: the target treats us as another host.
+    const std::size_t fixed = version == 2 ? 68 : 60;
     Bytes hello(fixed, 0);
     put(hello, 0, 0x58555350, 4);  // 'PSUX'
     put(hello, 4, version, 2);
-    put(hello, 8, 1, 8);  // our id for the connection
-    if (version == 2) (void)::getrandom(hello.data() + 16, 16, 0);
-    (void)boot;  // boot id left empty: the target treats us as another host (error mode PEER)
+    if (version == 2) {
+      (void)::getrandom(hello.data() + 8, 16, 0);
+    } else {
+      put(hello, 8, 1, 8);
+    }
     put(hello, fixed - 4, mine.size(), 4);
     hello.insert(hello.end(), mine.begin(), mine.end());
     Target t;
@@ -221,8 +224,11 @@ Target bootstrap(Ucx& u, const std::string& address) {
       continue;
     }
     t.version = version;
-    t.our_id = get(reply.data() + 8, 8);
-    if (version == 2) t.our_token.assign(reply.begin() + 16, reply.begin() + 32);
+    if (version == 2) {
+      t.our_token.assign(reply.begin() + 8, reply.begin() + 24);
+    } else {
+      t.our_id = get(reply.data() + 8, 8);
+    }
     Bytes theirs(get(reply.data() + fixed - 4, 4));
     if (!read_all(t.control, theirs.data(), theirs.size(), 10000)) die("truncated hello reply");
     ucp_ep_params_t ep{};
@@ -232,17 +238,15 @@ Target bootstrap(Ucx& u, const std::string& address) {
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = ignore_ep_error;
     if (ucp_ep_create(u.worker, &ep, &t.ep) != UCS_OK) die("ucp_ep_create");
-    std::printf("BOOTSTRAPPED %s with hello version %d as connection %llu\n", address.c_str(),
-                version, static_cast<unsigned long long>(t.our_id));
+    std::printf("BOOTSTRAPPED %s with hello version %d\n", address.c_str(), version);
     return t;
   }
   die("no bootstrap hello version was accepted by " + address);
 }
 
-void send_am(Ucx& u, Target& t, std::uint64_t route_id, const Bytes& token, const Attack& a) {
-  Bytes header(8, 0);
-  put(header, 0, route_id, 8);
-  if (t.version == 2) header.insert(header.end(), token.begin(), token.end());
+// Route v2: the 16-byte token; v1: the 8-byte connection id.
+void send_am(Ucx& u, Target& t, const Bytes& route, bool own, const Attack& a) {
+  Bytes header = route;
   header.insert(header.end(), a.header.begin(), a.header.end());
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
@@ -256,8 +260,7 @@ void send_am(Ucx& u, Target& t, std::uint64_t route_id, const Bytes& token, cons
          std::chrono::steady_clock::now() < end)
     ucp_worker_progress(u.worker);
   if (req != nullptr) ucp_request_free(req);
-  std::printf("SENT %s for connection %llu%s\n", a.what, static_cast<unsigned long long>(route_id),
-              route_id == t.our_id ? " (our own)" : "");
+  std::printf("SENT %s%s\n", a.what, own ? " on our own connection" : " with a forged route");
 }
 
 int run_ucx(const std::string& scheduler, const std::string& server, std::uint64_t count) {
@@ -280,21 +283,32 @@ int run_ucx(const std::string& scheduler, const std::string& server, std::uint64
 
   Target targets[2] = {bootstrap(u, server), bootstrap(u, scheduler)};
   progress(u, 200);  // wire-up
-  // Forged: every other connection id, with a token we can only guess.
+  // Forged: seven routes per message. Version 1: every other connection id 1..8. Version 2:
+  // random tokens (ours is the only one we know; a peer's is 128 random bits).
   for (const Attack& a : attacks(count)) {
     Target& t = targets[a.to_server ? 0 : 1];
-    for (std::uint64_t id = 1; id <= 8; ++id) {
-      if (id == t.our_id) continue;
-      Bytes guess(16);
-      (void)::getrandom(guess.data(), guess.size(), 0);
-      send_am(u, t, id, guess, a);
+    for (std::uint64_t id = 1, sent = 0; sent < 7; ++id) {
+      Bytes route(t.version == 2 ? 16 : 8);
+      if (t.version == 2) {
+        (void)::getrandom(route.data(), route.size(), 0);
+      } else {
+        if (id == t.our_id) continue;
+        put(route, 0, id, 8);
+      }
+      send_am(u, t, route, false, a);
+      ++sent;
     }
   }
   progress(u, 300);
-  // Our own connection, with its real token: it never authenticated.
+  // Our own connection, with its real route: it never authenticated.
   for (const Attack& a : attacks(count)) {
     Target& t = targets[a.to_server ? 0 : 1];
-    send_am(u, t, t.our_id, t.our_token, a);
+    Bytes route = t.our_token;
+    if (t.version == 1) {
+      route.assign(8, 0);
+      put(route, 0, t.our_id, 8);
+    }
+    send_am(u, t, route, true, a);
   }
   progress(u, 1000);
   std::fflush(stdout);

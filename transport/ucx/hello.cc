@@ -34,16 +34,19 @@ bool same_route_token(const std::byte* bytes, const RouteToken& token) noexcept 
   return diff == 0;
 }
 
+std::uint64_t route_key(const std::byte* token) noexcept {
+  return wire::load<std::uint64_t>(token);
+}
+
 std::vector<std::byte> encode_hello(const Hello& hello) {
   std::vector<std::byte> out(kHelloFixedBytes + hello.worker_address.size());
   std::byte* p = out.data();
   wire::store<std::uint32_t>(p, kHelloMagic);
   wire::store<std::uint16_t>(p + 4, kHelloVersion);
   wire::store<std::uint16_t>(p + 6, 0);
-  wire::store<std::uint64_t>(p + 8, hello.conn_id);
-  std::memcpy(p + 16, hello.route_token.data(), kRouteTokenBytes);
-  std::memcpy(p + 32, hello.boot_id.data(), std::min(hello.boot_id.size(), kBootIdBytes));
-  wire::store<std::uint32_t>(p + 72, static_cast<std::uint32_t>(hello.worker_address.size()));
+  std::memcpy(p + 8, hello.route_token.data(), kRouteTokenBytes);
+  std::memcpy(p + 24, hello.boot_id.data(), std::min(hello.boot_id.size(), kBootIdBytes));
+  wire::store<std::uint32_t>(p + 64, static_cast<std::uint32_t>(hello.worker_address.size()));
   std::memcpy(p + kHelloFixedBytes, hello.worker_address.data(), hello.worker_address.size());
   return out;
 }
@@ -63,12 +66,10 @@ std::string decode_hello_fixed(std::span<const std::byte, kHelloFixedBytes> in, 
         version, kHelloVersion);
   }
   if (wire::load<std::uint16_t>(p + 6) != 0) return "reserved handshake field is not zero";
-  out.conn_id = wire::load<std::uint64_t>(p + 8);
-  if (out.conn_id == 0) return "handshake connection id is 0";
-  std::memcpy(out.route_token.data(), p + 16, kRouteTokenBytes);
-  const char* boot = reinterpret_cast<const char*>(p + 32);
+  std::memcpy(out.route_token.data(), p + 8, kRouteTokenBytes);
+  const char* boot = reinterpret_cast<const char*>(p + 24);
   out.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
-  address_len = wire::load<std::uint32_t>(p + 72);
+  address_len = wire::load<std::uint32_t>(p + 64);
   if (address_len == 0 || address_len > kMaxWorkerAddressBytes) {
     return fmt::format("worker address of {} bytes is outside 1..{}", address_len,
                        kMaxWorkerAddressBytes);
