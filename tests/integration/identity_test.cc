@@ -5,6 +5,10 @@
 // another rank and outside its role (ps_worker attack, attacker.cc). And, with real endpoints on
 // 127.0.0.1 in this process: a HELLO whose role or rank is changed on the way is refused, and a
 // worker refuses what only the scheduler may send.
+//
+// Every test here fails on the build before these checks (commit d387a1b) except the TCP case of
+// Spoofing, which is a control: the TCP backend has no route to forge and refused the raw
+// messages as unauthenticated already.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
