@@ -21,12 +21,31 @@ Nonce random_nonce() {
   return n;
 }
 
-Digest prove(std::string_view secret, std::string_view label, const Nonce& first,
-             const Nonce& second) {
-  std::string msg = "psrt-auth-v1:";
+Credential random_credential() {
+  Credential c;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(c.data()), static_cast<int>(c.size())) != 1)
+    throw Error(ErrorCode::kSystem, "RAND_bytes failed: no entropy for a membership credential");
+  return c;
+}
+
+Digest prove(std::string_view secret, std::string_view label, const Identity& client,
+             const Identity& acceptor, const Nonce& first, const Nonce& second,
+             std::span<const std::byte> credential) {
+  // Fixed-size fields after the label, so that no two inputs share an encoding.
+  std::string msg = "psrt-auth-v2:";
   msg += label;
+  auto u32 = [&msg](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+      msg += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  u32(static_cast<std::uint32_t>(client.role));
+  u32(client.rank);
+  u32(static_cast<std::uint32_t>(acceptor.role));
+  u32(acceptor.rank);
   msg.append(reinterpret_cast<const char*>(first.data()), first.size());
   msg.append(reinterpret_cast<const char*>(second.data()), second.size());
+  u32(static_cast<std::uint32_t>(credential.size()));
+  msg.append(reinterpret_cast<const char*>(credential.data()), credential.size());
   Digest d;
   unsigned int len = 0;
   if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),

@@ -1,7 +1,10 @@
 // Job membership proof: HMAC-SHA256 challenge-response over a per-job secret (OpenSSL).
 // Both sides prove the secret over both nonces: the client first (AUTH), so that a client with a
 // wrong secret gets the acceptor's clear refusal; then the acceptor (in WELCOME), so that a
-// client never talks to an impostor.
+// client never talks to an impostor. Both proofs also cover who the two ends are (the role and
+// rank the client claimed in HELLO, the role and rank the client expects of the acceptor), so
+// that nobody on the path can change a HELLO's role or rank, and a worker's proof to a server
+// covers the membership credential the scheduler gave it for its rank (ps/protocol.h).
 #pragma once
 
 #include <array>
@@ -17,11 +20,21 @@ namespace psrt::ps {
 using Nonce = std::array<std::byte, kNonceBytes>;
 using Digest = std::array<std::byte, kDigestBytes>;
 
-Nonce random_nonce();
+// One end of a connection as the handshake names it.
+struct Identity {
+  Role role = Role::kWorker;
+  std::uint32_t rank = kAnyRank;
+};
 
-// Proof that the sender of `label` holds `secret`, bound to both nonces.
-Digest prove(std::string_view secret, std::string_view label, const Nonce& first,
-             const Nonce& second);
+Nonce random_nonce();
+// A fresh random membership credential (the scheduler's, one per worker registration).
+Credential random_credential();
+
+// Proof that the sender of `label` holds `secret` (and `credential`, when not empty), bound to
+// both ends' identities and both nonces.
+Digest prove(std::string_view secret, std::string_view label, const Identity& client,
+             const Identity& acceptor, const Nonce& first, const Nonce& second,
+             std::span<const std::byte> credential = {});
 // Constant-time comparison.
 bool same_digest(std::span<const std::byte> a, const Digest& b);
 

@@ -6,6 +6,7 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
+#include "ps/permissions.h"
 
 namespace psrt::ps {
 namespace {
@@ -24,6 +25,12 @@ bool is_data(MsgType t) {
 }
 
 }  // namespace
+
+Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
+  return Status(ErrorCode::kProtocol,
+                fmt::format("a {} does not accept {} from a {} (ps/permissions.h)",
+                            to_string(self_), to_string(type), to_string(peer.role())));
+}
 
 Endpoint::Endpoint(std::string secret, Role self, Limits limits)
     : secret_(std::move(secret)), self_(self), limits_(limits) {
@@ -57,6 +64,11 @@ Endpoint::~Endpoint() {
   }
   linger_cv_.notify_all();
   linger_thread_.join();
+}
+
+void Endpoint::set_credential(const Credential& c) {
+  std::lock_guard lock(mu_);
+  credential_ = c;
 }
 
 void Endpoint::close_later(std::weak_ptr<transport::Connection> conn) {
@@ -145,6 +157,7 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
   auto result = done->get_future();
   peer->role_ = remote;
   peer->rank_ = remote_rank;
+  peer->hello_rank_ = my_rank;
   {
     std::lock_guard lock(mu_);
     peer->state_ = Peer::State::kClientAwaitChallenge;
@@ -242,6 +255,8 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
   Header h;
   if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
+  if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
+    return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
   if (is_data(h.type)) {
     if (!peer->authenticated())
       return refuse_at_place(
@@ -304,6 +319,8 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
     }
     return handshake(*peer, h, payload);
   }
+  if (!may_send(self_, peer->role(), h.type))
+    return reject(*peer, h.request_id, not_permitted(*peer, h.type));
   try {
     handler_->on_message(*peer, h, payload, placement);
   } catch (const Error& e) {
@@ -334,12 +351,45 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kAuth)
         return fail(ErrorCode::kAuthentication,
                     fmt::format("{} before authentication: send AUTH", to_string(h.type)));
-      if (!same_digest(payload, prove(secret_, "client", peer.my_nonce_, peer.their_nonce_)))
+      const Identity client{peer.role_, peer.rank_};
+      const Identity acceptor{self_, self_rank_};
+      // The credential the claimed rank must prove; a refusal (not a member) is reported only
+      // to a peer that proved the secret.
+      std::optional<Credential> credential;
+      std::optional<Status> refused;
+      try {
+        credential = handler_->credential_for(peer.role_, peer.rank_);
+      } catch (const Error& e) {
+        refused = Status(e);
+      }
+      std::span<const std::byte> cred;
+      if (credential) cred = *credential;
+      if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
+                                                 peer.my_nonce_, peer.their_nonce_, cred))) {
+        const bool holds_secret = same_digest(
+            payload, prove(secret_, "client", client, acceptor, peer.my_nonce_, peer.their_nonce_));
+        if (!credential && !refused)
+          return fail(ErrorCode::kAuthentication,
+                      "wrong job secret: the peer's proof does not match; start every process "
+                      "with the job's PSRT_SECRET (psrun sets it)");
+        // The peer holds the secret, not the rank it claims.
+        if (holds_secret && refused) return fail(refused->code(), refused->message());
+        if (holds_secret)
+          return fail(ErrorCode::kAuthentication,
+                      fmt::format("{} {} did not prove the membership credential the scheduler "
+                                  "gave that rank: a worker connects to servers only as the rank "
+                                  "it registered as",
+                                  to_string(peer.role_), peer.rank_));
         return fail(ErrorCode::kAuthentication,
-                    "wrong job secret: the peer's proof does not match; start every process with "
-                    "the job's PSRT_SECRET (psrun sets it)");
+                    fmt::format("the peer's proof does not match: a wrong job secret (start every "
+                                "process with the job's PSRT_SECRET), or {} {} is not a live "
+                                "member with the credential the scheduler gave it (a worker "
+                                "connects to servers only as the rank it registered as)",
+                                to_string(peer.role_), peer.rank_));
+      }
+      peer.credential_ = credential;
       peer.state_ = Peer::State::kReady;
-      auto proof = prove(secret_, "acceptor", peer.their_nonce_, peer.my_nonce_);
+      auto proof = prove(secret_, "acceptor", client, acceptor, peer.their_nonce_, peer.my_nonce_);
       Header w;
       w.type = MsgType::kWelcome;
       peer.send_bytes(w, {proof.begin(), proof.end()});
@@ -351,7 +401,15 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
                     fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
       std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
       peer.state_ = Peer::State::kClientAwaitWelcome;
-      auto proof = prove(secret_, "client", peer.their_nonce_, peer.my_nonce_);
+      std::optional<Credential> credential;
+      if (peer.role_ == Role::kServer) {
+        std::lock_guard lock(mu_);
+        credential = credential_;
+      }
+      std::span<const std::byte> cred;
+      if (credential) cred = *credential;
+      auto proof = prove(secret_, "client", {self_, peer.hello_rank_}, {peer.role_, peer.rank_},
+                         peer.their_nonce_, peer.my_nonce_, cred);
       Header a;
       a.type = MsgType::kAuth;
       return peer.send_bytes(a, {proof.begin(), proof.end()});
@@ -360,13 +418,16 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kWelcome)
         return fail(ErrorCode::kProtocol,
                     fmt::format("expected WELCOME, got {}", to_string(h.type)));
-      if (!same_digest(payload, prove(secret_, "acceptor", peer.my_nonce_, peer.their_nonce_))) {
+      if (!same_digest(payload,
+                       prove(secret_, "acceptor", {self_, peer.hello_rank_},
+                             {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
         auto cb = std::move(peer.on_handshake_);
         peer.close();
         if (cb)
           cb(Status(ErrorCode::kAuthentication,
-                    "the peer failed to prove the job secret: it belongs to another job or has a "
-                    "different PSRT_SECRET"));
+                    "the peer failed to prove the job secret for the role and rank expected of "
+                    "it: it belongs to another job, has a different PSRT_SECRET, or is not that "
+                    "peer"));
         return;
       }
       peer.state_ = Peer::State::kReady;

@@ -2,6 +2,9 @@
 // AUTH / WELCOME handshake (ps/auth.h); only then are its messages decoded for the role's
 // Handler. A bad message (malformed header, wrong version, wrong secret, a message before auth)
 // gets an ERROR reply naming the cause, then the connection is closed; other peers carry on.
+// Once authenticated, a peer may send only what ps/permissions.h allows its role; a worker
+// connecting to a server also proves the membership credential the scheduler gave its rank
+// (Handler::credential_for, Endpoint::set_credential).
 //
 // Threads: Handler callbacks run on the transport's progress thread and must not block.
 // Peer::send and Peer::close may be called from any thread.
@@ -15,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -50,6 +54,8 @@ class Peer : public std::enable_shared_from_this<Peer> {
   std::string name() const;
   const std::string& address() const { return conn_->peer(); }
   bool authenticated() const { return state_ == State::kReady; }
+  // The membership credential this (accepted) peer proved in its handshake, if it had to.
+  const std::optional<Credential>& credential() const { return credential_; }
   std::uint64_t id() const { return conn_->id(); }
   std::chrono::steady_clock::time_point last_seen() const {
     return std::chrono::steady_clock::time_point(
@@ -68,6 +74,8 @@ class Peer : public std::enable_shared_from_this<Peer> {
   State state_ = State::kAwaitHello;
   Role role_ = Role::kWorker;
   std::atomic<std::uint32_t> rank_{kAnyRank};
+  std::optional<Credential> credential_;  // set before the peer is ready, then constant
+  std::uint32_t hello_rank_ = kAnyRank;   // client side: the rank this end claimed in HELLO
   Nonce my_nonce_{};
   Nonce their_nonce_{};
   std::atomic<std::int64_t> last_seen_{0};
@@ -84,6 +92,12 @@ class Handler {
   virtual ~Handler() = default;
   // An accepted peer finished authentication.
   virtual void on_peer_ready(Peer& /*peer*/) {}
+  // An accepting endpoint asks this once a peer proved the job secret: the membership credential
+  // a peer of `role` claiming `rank` must also prove, or std::nullopt when it needs none.
+  // Throwing psrt::Error refuses the peer with that message (e.g. a rank that is not a member).
+  virtual std::optional<Credential> credential_for(Role /*role*/, std::uint32_t /*rank*/) {
+    return std::nullopt;
+  }
   // Where the payload of a data message (INIT, PUSH, PUSH_PULL, PULL_REPLY) goes. Throwing
   // psrt::Error refuses it: the peer gets an ERROR with that message and is disconnected.
   virtual transport::Placement place(Peer& peer, const Header& h, std::size_t payload_size) = 0;
@@ -101,6 +115,12 @@ class Endpoint final : public transport::Receiver {
 
   // Must be set before the transport delivers anything and outlive the transport.
   void set_handler(Handler* handler) { handler_ = handler; }
+  // The rank this process proves as an acceptor (a server's rank; 0 for the scheduler). Set
+  // before listening.
+  void set_self_rank(std::uint32_t rank) { self_rank_ = rank; }
+  // The membership credential from the scheduler's REGISTER reply: proven in the handshake with
+  // every server this endpoint connects to from now on.
+  void set_credential(const Credential& c);
 
   // Connects to the acceptor (`remote`, `remote_rank`: who it is, for messages) and
   // authenticates as (self role, my_rank). Blocking, bounded by `timeout`; throws psrt::Error
@@ -130,6 +150,8 @@ class Endpoint final : public transport::Receiver {
   std::shared_ptr<Peer> find_or_add(const std::shared_ptr<transport::Connection>& conn);
   void handshake(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void reject(Peer& peer, std::uint64_t request_id, const Status& why);
+  // The refusal of a message ps/permissions.h does not allow from this peer's role.
+  Status not_permitted(const Peer& peer, MsgType type) const;
   // place() for a refused message: a discard buffer, the refusal sent once it arrived. Payloads
   // above kMaxDiscardBytes are not drained: the reply goes out at once and the connection
   // closes without waiting.
@@ -143,6 +165,8 @@ class Endpoint final : public transport::Receiver {
 
   const std::string secret_;
   const Role self_;
+  std::uint32_t self_rank_ = 0;
+  std::optional<Credential> credential_;  // guarded by mu_
   const Limits limits_;
   Handler* handler_ = nullptr;
   std::mutex mu_;

@@ -1,5 +1,6 @@
 #include "ps/protocol.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -72,7 +73,7 @@ std::size_t fixed_size(const Header& h) {
     case MsgType::kLocateReply:
       return h.count * kSliceRecordBytes;
     case MsgType::kMembership:
-      return h.count * 4;
+      return h.count * kMemberRecordBytes;
     default:
       return 0;
   }
@@ -344,6 +345,48 @@ Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>
   }
   out = std::move(ranks);
   return {};
+}
+
+std::vector<std::byte> encode_members(std::span<const MemberRecord> members) {
+  std::vector<std::byte> out(members.size() * kMemberRecordBytes);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    std::byte* p = &out[i * kMemberRecordBytes];
+    store<std::uint32_t>(p, members[i].rank);
+    std::memcpy(p + 4, members[i].credential.data(), kCredentialBytes);
+  }
+  return out;
+}
+
+Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord>& out) {
+  if (bytes.size() % kMemberRecordBytes != 0)
+    return bad(fmt::format("member list of {} bytes", bytes.size()));
+  std::vector<MemberRecord> members(bytes.size() / kMemberRecordBytes);
+  std::vector<std::uint32_t> ranks(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const std::byte* p = &bytes[i * kMemberRecordBytes];
+    members[i].rank = ranks[i] = load<std::uint32_t>(p);
+    std::memcpy(members[i].credential.data(), p + 4, kCredentialBytes);
+    if (members[i].rank >= kMaxRanks)
+      return bad(fmt::format("member list holds rank {}, above the limit of {}", members[i].rank,
+                             kMaxRanks - 1));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (auto d = std::adjacent_find(ranks.begin(), ranks.end()); d != ranks.end())
+    return bad(fmt::format("member list holds rank {} twice", *d));
+  out = std::move(members);
+  return {};
+}
+
+void set_credential(Header& h, const Credential& c) {
+  h.key = load<std::uint64_t>(c.data());
+  h.offset = load<std::uint64_t>(c.data() + 8);
+}
+
+Credential credential_of(const Header& h) {
+  Credential c;
+  store<std::uint64_t>(c.data(), h.key);
+  store<std::uint64_t>(c.data() + 8, h.offset);
+  return c;
 }
 
 std::vector<std::byte> encode_ipc(std::span<const device::IpcRecord> records) {

@@ -24,12 +24,19 @@
 namespace psrt::ps {
 
 inline constexpr std::uint32_t kMagic = 0x4d505350;  // "PSPM" in memory order
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: the handshake proofs cover role, rank and the membership credential; MEMBERSHIP carries
+// each worker's credential; REGISTER_REPLY gives a worker its own.
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 64;
 // Text and table payloads (errors, addresses, slice tables) stay below this.
 inline constexpr std::size_t kMaxControlBytes = 1 << 20;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kDigestBytes = 32;
+// A worker's membership credential: drawn by the scheduler when the worker registers, given to
+// it in REGISTER_REPLY and to every server in MEMBERSHIP. A worker's AUTH to a server proves it
+// (ps/auth.h), so that a peer holding only the job secret cannot push or pull as another rank.
+inline constexpr std::size_t kCredentialBytes = 16;
+using Credential = std::array<std::byte, kCredentialBytes>;
 
 enum class MsgType : std::uint8_t {
   // Handshake, on every connection before anything else.
@@ -40,7 +47,8 @@ enum class MsgType : std::uint8_t {
   kError,          // reply to request_id: arg0 ErrorCode; payload UTF-8 text
   // Scheduler.
   kRegister,       // arg0 role, arg1 rank wanted (kAnyRank); payload: a server's listen address
-  kRegisterReply,  // arg0 rank, arg1 live workers, round = checkpoint to resume; payload addresses
+  kRegisterReply,  // arg0 rank, arg1 live workers, round = checkpoint to resume; payload addresses;
+                   // to a worker: key, offset = its membership credential (credential_of)
   kUnregister,
   kUnregisterReply,
   kLocate,         // key, total (0 = look up only) → kLocateReply: count records of SliceRecord
@@ -48,7 +56,7 @@ enum class MsgType : std::uint8_t {
   kBarrier,
   kBarrierReply,
   kHeartbeat,      // no reply
-  kMembership,     // scheduler → server: count records of u32 live worker ranks; acked
+  kMembership,     // scheduler → server: count MemberRecords of the live workers; acked
   kMembershipAck,
   kShutdown,       // scheduler → everyone: arg0 ErrorCode (kOk = job finished); payload reason
   // Server data path. offset/count place the slice in the key's tensor; arg0 is the slice index.
@@ -135,6 +143,19 @@ Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
 
 std::vector<std::byte> encode_ranks(std::span<const std::uint32_t> ranks);
 Status decode_ranks(std::span<const std::byte> bytes, std::vector<std::uint32_t>& out);
+
+// A live worker in MEMBERSHIP (20 bytes): u32 rank, then its 16-byte credential.
+struct MemberRecord {
+  std::uint32_t rank = 0;
+  Credential credential{};
+};
+inline constexpr std::size_t kMemberRecordBytes = 4 + kCredentialBytes;
+std::vector<std::byte> encode_members(std::span<const MemberRecord> members);
+// Ranks assigned (not kAnyRank) and unique.
+Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord>& out);
+// The credential in a REGISTER_REPLY's key and offset fields, and back.
+void set_credential(Header& h, const Credential& c);
+Credential credential_of(const Header& h);
 
 // kSetOptimizer payload (24 bytes): lr, momentum, dampening, weight_decay (f32), flags (u32:
 // bit 0 nesterov, bit 1 skip_nonfinite; other bits must be 0), max_grad_norm (f32, finite,

@@ -94,10 +94,33 @@ Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
   return it == slices_.end() ? nullptr : it->second.get();
 }
 
+std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) {
+  if (role != Role::kWorker) return std::nullopt;  // ps/permissions.h allows it nothing
+  std::lock_guard lock(members_mu_);
+  auto it = credentials_.find(rank);
+  if (it == credentials_.end())
+    throw refuse(ErrorCode::kAuthentication,
+                 fmt::format("worker rank {} is not a live member of the job: a worker connects "
+                             "to servers only as the rank the scheduler gave it",
+                             rank));
+  return it->second;
+}
+
 Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
   if (peer.role() != Role::kWorker)
     throw refuse(ErrorCode::kProtocol, fmt::format("{} from a {}", to_string(h.type),
                                                    to_string(peer.role())));
+  {
+    // The rank this connection proved must still be that registration's: a rank that left and
+    // was given to a new worker is not the old connection's any more.
+    std::lock_guard lock(members_mu_);
+    auto it = credentials_.find(peer.rank());
+    if (it == credentials_.end() || !peer.credential() || *peer.credential() != it->second)
+      throw refuse(ErrorCode::kInvalidArgument,
+                   fmt::format("{} from {}, which is no longer a live member of the job (it "
+                               "unregistered or was declared lost)",
+                               to_string(h.type), peer.name()));
+  }
   Slice* s = find(h.key, h.arg0);
   if (!s)
     throw refuse(ErrorCode::kNotFound,
@@ -262,11 +285,20 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     case MsgType::kMembership: {
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "MEMBERSHIP from a non-scheduler");
-      std::vector<std::uint32_t> ranks;
       // Refused with an ERROR the scheduler acts on; the members stay as they were.
-      if (Status s = decode_ranks(payload, ranks); !s.ok())
+      std::vector<MemberRecord> members;
+      if (Status s = decode_members(payload, members); !s.ok())
         return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
                                false);
+      std::vector<std::uint32_t> ranks;
+      {
+        std::lock_guard lock(members_mu_);
+        credentials_.clear();
+        for (const auto& m : members) {
+          ranks.push_back(m.rank);
+          credentials_[m.rank] = m.credential;
+        }
+      }
       set_members(ranks);
       Header ack;
       ack.type = MsgType::kMembershipAck;

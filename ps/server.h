@@ -69,6 +69,9 @@ class Server final : public Handler {
   // Returns the line it logged (empty for a cpu server).
   std::string set_transport(const transport::Transport& t);
 
+  // A worker's HELLO rank must be a live member, and its AUTH must prove that member's
+  // credential (from MEMBERSHIP).
+  std::optional<Credential> credential_for(Role role, std::uint32_t rank) override;
   transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
@@ -195,6 +198,7 @@ class Server final : public Handler {
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::unique_ptr<Slice>> slices_;
   std::mutex members_mu_;
   std::set<std::uint32_t> members_;
+  std::map<std::uint32_t, Credential> credentials_;  // live worker → its credential
 
   std::mutex inflight_mu_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight> inflight_;  // (peer, cookie)

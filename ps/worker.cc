@@ -92,6 +92,7 @@ Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
     // Registration waits for the whole job to arrive: bounded by the operation timeout.
     auto reply = requests_.call(*scheduler_, h, {}, "REGISTER", options_.op_timeout);
     rank_ = reply.header.arg0;
+    endpoint_->set_credential(ps::credential_of(reply.header));  // proven to every server
     num_workers_ = static_cast<int>(reply.header.arg1);
     resume_round_ = reply.header.round;
     scheduler_->set_rank(0);

@@ -6,6 +6,7 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
+#include "ps/auth.h"
 #include "ps/checkpoint.h"
 #include "transport/factory.h"
 
@@ -117,6 +118,7 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
                            false);
   if (h.type == MsgType::kUnregister) {
     workers_.erase(it);
+    credentials_.erase(rank);
     barrier_arrived_.erase(rank);
     PSRT_LOG_INFO("worker {} left the job; {} workers remain", rank, workers_.size());
     Waiting w{peer.shared_from_this(), h.request_id};
@@ -138,9 +140,23 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
   }
 }
 
+bool Scheduler::registered_locked(const ps::Peer& peer) const {
+  for (const auto& s : servers_)
+    if (s.get() == &peer) return true;
+  for (const auto& [r, w] : workers_)
+    if (w.get() == &peer) return true;
+  for (const auto& [w, r] : pending_workers_)
+    if (w.peer.get() == &peer) return true;
+  return false;
+}
+
 void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std::byte> payload) {
   Lock lock(mu_);
   if (finished_) return peer.send_error(h.request_id, ErrorCode::kCancelled, "the job ended", true);
+  if (registered_locked(peer))
+    return peer.send_error(
+        h.request_id, ErrorCode::kProtocol,
+        fmt::format("{} sent REGISTER twice: one registration per connection", peer.name()), true);
   if (peer.role() == ps::Role::kServer) {
     std::vector<std::string> address;
     if (Status s = ps::decode_lines(payload, address); !s.ok() || address.size() != 1)
@@ -185,9 +201,11 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
                                        "rank left for a new worker",
                                        ps::kMaxRanks),
                            true);
+  const ps::Credential credential = ps::random_credential();  // throws before any change
   next_rank_ = std::max(next_rank_, rank + 1);
   peer.set_rank(rank);
   workers_[rank] = w.peer;
+  credentials_[rank] = credential;
   PSRT_LOG_INFO("worker {} joined the running job; {} workers", rank, workers_.size());
   change_members_locked([this, w, rank] { reply_register(w, rank); });
 }
@@ -195,6 +213,9 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
 void Scheduler::admit_pending_locked() {
   if (rendezvous_done_ || pending_workers_.size() < config_.num_workers) return;
   if (std::any_of(servers_.begin(), servers_.end(), [](const auto& s) { return !s; })) return;
+  std::vector<ps::Credential> credentials;  // drawn first: a failure changes nothing
+  for (std::size_t i = 0; i < pending_workers_.size(); ++i)
+    credentials.push_back(ps::random_credential());
   rendezvous_done_ = true;
   // Wanted ranks first (when unique and in range), then the lowest free ones.
   std::set<std::uint32_t> taken;
@@ -215,6 +236,7 @@ void Scheduler::admit_pending_locked() {
     auto& w = pending_workers_[i].first;
     w.peer->set_rank(ranks[i]);
     workers_[ranks[i]] = w.peer;
+    credentials_[ranks[i]] = credentials[i];
     next_rank_ = std::max(next_rank_, ranks[i] + 1);
     admitted.push_back({w, ranks[i]});
   }
@@ -232,6 +254,7 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
   r.arg0 = rank;
   r.arg1 = static_cast<std::uint32_t>(workers_.size());
   r.round = resume_round_;
+  if (auto c = credentials_.find(rank); c != credentials_.end()) ps::set_credential(r, c->second);
   w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
 }
 
@@ -274,9 +297,10 @@ void Scheduler::start_next_change_locked() {
   change_running_ = true;
   auto then = std::move(changes_.front());
   changes_.pop_front();
-  std::vector<std::uint32_t> ranks;
-  for (const auto& [r, p] : workers_) ranks.push_back(r);
-  auto body = ps::encode_ranks(ranks);
+  std::vector<ps::MemberRecord> members;
+  for (const auto& [r, p] : workers_)
+    members.push_back({r, credentials_.at(r)});
+  auto body = ps::encode_members(members);
   auto remaining = std::make_shared<std::size_t>(servers_.size());
   auto on_ack = [this, remaining, then](const Status& acked, const Header&,
                                         std::span<const std::byte>) {
@@ -295,7 +319,7 @@ void Scheduler::start_next_change_locked() {
   for (auto& server : servers_) {
     Header m;
     m.type = MsgType::kMembership;
-    m.count = ranks.size();
+    m.count = members.size();
     m.request_id = requests_.add(*server, "MEMBERSHIP", on_ack);
     const auto id = m.request_id;
     server->send_bytes(m, body, [this, id](const Status& s) {
@@ -328,6 +352,7 @@ void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
                          "call shutdown())",
                          it->second->name(), why);
   workers_.erase(it);
+  credentials_.erase(rank);
   PSRT_LOG_ERROR("{}", msg);
   finish_locked(Status(ErrorCode::kPeerFailed, msg));
 }

@@ -6,6 +6,12 @@
 // server (and is acknowledged) before the worker that caused it gets its reply, so a server
 // never sees a push from a worker it does not know.
 //
+// Identity: every worker registration gets a fresh random credential, sent to the worker in its
+// REGISTER reply and to every server with the membership (ps/protocol.h); servers accept a
+// worker's connection only for a live rank with its credential. The scheduler itself acts on a
+// message only for the rank registered on the connection it came on, never a rank the message
+// names, and takes one REGISTER per connection.
+//
 // Failures: a peer whose connection closes or that sends nothing for heartbeat_timeout is lost.
 // A lost worker or server ends the job: everyone gets SHUTDOWN naming it, and pending
 // operations fail with that message (workers that leave on purpose unregister, see
@@ -79,6 +85,7 @@ class Scheduler final : public ps::Handler {
     std::uint64_t request_id;
   };
   void on_register(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload);
+  bool registered_locked(const ps::Peer& peer) const;
   void on_locate(ps::Peer& peer, const ps::Header& h);
   void admit_pending_locked();
   void reply_register(const Waiting& w, std::uint32_t rank);
@@ -102,6 +109,7 @@ class Scheduler final : public ps::Handler {
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::vector<std::string> server_addresses_;
   std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;  // live, by rank
+  std::map<std::uint32_t, ps::Credential> credentials_;         // of the live workers
   std::vector<std::pair<Waiting, std::uint32_t>> pending_workers_;  // before rendezvous
   bool rendezvous_done_ = false;
   std::uint32_t next_rank_ = 0;

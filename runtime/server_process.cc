@@ -89,6 +89,7 @@ int run_server_from_env() {
   limits.max_data_bytes = partition;
   auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, limits);
   endpoint->set_handler(&server);
+  endpoint->set_self_rank(rank);  // proven to every worker in WELCOME
   transport::Options topts;
   topts.max_payload_bytes = partition + ps::kMaxControlBytes;
   topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");

@@ -74,12 +74,13 @@ Outcome check_slices(const Header& h, std::span<const std::byte> payload) {
 }
 
 Outcome check_ranks(const Header& h, std::span<const std::byte> payload) {
-  std::vector<std::uint32_t> ranks;
-  if (!decode_ranks(payload, ranks).ok()) return Outcome::kStructuredRejected;
-  require(ranks.size() == h.count, "a rank list of another length than its count");
-  require(std::find(ranks.begin(), ranks.end(), kAnyRank) == ranks.end(),
+  std::vector<MemberRecord> members;
+  if (!decode_members(payload, members).ok()) return Outcome::kStructuredRejected;
+  require(members.size() == h.count, "a member list of another length than its count");
+  require(std::none_of(members.begin(), members.end(),
+                       [](const MemberRecord& m) { return m.rank == kAnyRank; }),
           "an unassigned rank in a member list");
-  require(same_bytes(encode_ranks(ranks), payload), "a rank list that does not re-encode");
+  require(same_bytes(encode_members(members), payload), "a member list that does not re-encode");
   return Outcome::kStructuredAccepted;
 }
 

@@ -104,8 +104,8 @@ std::map<std::string, Seed> seeds() {
 
   h = header(MsgType::kMembership, 5);
   h.count = 3;
-  const std::vector<std::uint32_t> ranks = {0, 1, 3};
-  s["seed-membership"] = {message(h, encode_ranks(ranks)), Outcome::kStructuredAccepted};
+  const std::vector<MemberRecord> members = {{0, {}}, {1, {}}, {3, {}}};
+  s["seed-membership"] = {message(h, encode_members(members)), Outcome::kStructuredAccepted};
   kernels::SgdConfig c;
   c.lr = 0.1f;
   c.momentum = 0.9f;

@@ -2,17 +2,22 @@
 // worker, then sends the scheduler and a server what a broken or hostile peer would — a wrong
 // secret, a wrong protocol version, garbage, requests before authentication, a push of the wrong
 // length, an unknown key — and checks each gets an ERROR naming the cause and a closed
-// connection. Then it unregisters; ranks 1 and 2 check that their rounds stayed exact.
+// connection; then what a peer holding the secret may not do: connect to a server as another
+// rank, or send a message its role may not send. Then it unregisters; ranks 1 and 2 check that
+// their rounds stayed exact.
 #include "tests/integration/attacker.h"
 
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "ps/endpoint.h"
+#include "psrt/psrt.h"
 #include "ps/requests.h"
 #include "transport/factory.h"
 
@@ -92,7 +97,7 @@ void expect(bool ok, const std::string& what) {
   std::exit(1);
 }
 
-bool has(const std::string& text, const char* needle) {
+bool has(const std::string& text, std::string_view needle) {
   return text.find(needle) != std::string::npos;
 }
 
@@ -125,6 +130,7 @@ void run_attacks() {
   reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
   reg.arg1 = 0;
   auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  endpoint->set_credential(ps::credential_of(reply.header));  // rank 0's, proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
   ps::Header barrier;
@@ -162,9 +168,10 @@ void run_attacks() {
     ps::Header hello;
     hello.type = ps::MsgType::kHello;
     auto bytes = ps::encode(hello);
-    bytes[4] = std::byte{2};
+    bytes[4] = std::byte{ps::kProtocolVersion + 1};
     auto text = raw_exchange(backend, servers[0], bytes);
-    expect(has(text, "protocol version 2"), "wrong version refused: " + text);
+    expect(has(text, "protocol version " + std::to_string(ps::kProtocolVersion + 1)),
+           "wrong version refused: " + text);
   }
   {  // Garbage.
     std::vector<std::byte> junk(ps::kHeaderBytes, std::byte{0xab});
@@ -243,10 +250,135 @@ void run_attacks() {
     bool closed = client.wait_closed(peer->id());
     expect(closed && has(error, "unknown key 999"), "unknown key refused: " + error);
   }
+  {  // Holding the secret is not being another worker: rank 0 connects to the server as rank 1
+     // (a live member) with its own credential, as rank 1 with none, and as rank 7 (no member).
+    auto try_as = [&](std::uint32_t rank, bool with_credential) {
+      Client other;
+      auto ep = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
+      ep->set_handler(&other);
+      if (with_credential) ep->set_credential(ps::credential_of(reply.header));
+      auto ot = transport::create_transport(backend, ep);
+      std::string what = "accepted";
+      try {
+        auto peer = ep->connect(*ot, servers[s0.server], rank, ps::Role::kServer, s0.server, 10s);
+        // Accepted (the old build): push 1000s as that rank; ranks 1 and 2 then see it.
+        std::vector<float> grad(s0.count, 1000.f);
+        ps::Header push;
+        push.type = ps::MsgType::kPush;
+        push.dtype = ps::WireType::kF32;
+        push.offset = s0.offset;
+        push.count = s0.count;
+        push.total = loc.header.total;
+        push.arg0 = s0.index;
+        ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+        peer->send(push, {&b, 1});
+        std::this_thread::sleep_for(200ms);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kAuthentication) what = e.what();
+      }
+      ot->shutdown();
+      expect(has(what, "only as the rank"),
+             "connection as worker " + std::to_string(rank) + " refused: " + what);
+    };
+    try_as(1, true);
+    try_as(1, false);
+    try_as(7, true);
+  }
+  {  // Per-role permissions: a peer that authenticated as a server may not LOCATE (a worker's
+     // request) at the scheduler.
+    Client other;
+    auto ep = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, ps::Limits{});
+    ep->set_handler(&other);
+    auto ot = transport::create_transport(backend, ep);
+    auto peer = ep->connect(*ot, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
+    ps::Header loc2;
+    loc2.type = ps::MsgType::kLocate;
+    loc2.key = 4242;
+    loc2.total = 1000;
+    std::string what = "answered";
+    try {
+      other.requests.call(*peer, loc2, {}, "LOCATE", 10s);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    ot->shutdown();
+    expect(has(what, "does not accept LOCATE from a server"),
+           "LOCATE from a server refused: " + what);
+  }
   ps::Header unreg;
   unreg.type = ps::MsgType::kUnregister;
   client.requests.call(*sched, unreg, {}, "UNREGISTER", 10s);
   t->shutdown();
+}
+
+void run_stale_rank(const std::string& sync) {
+  const std::string backend = std::getenv("PSRT_TRANSPORT");
+  const std::string secret = std::getenv("PSRT_SECRET");
+  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+  Client client;
+  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
+  endpoint->set_handler(&client);
+  auto t = transport::create_transport(backend, endpoint);
+  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
+  ps::Header reg;
+  reg.type = ps::MsgType::kRegister;
+  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
+  reg.arg1 = 0;
+  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  expect(reply.header.arg0 == 0, "registered as rank 0");
+  std::vector<std::string> servers;
+  expect(ps::decode_lines(reply.payload, servers).ok() && servers.size() == 1, "one server");
+  endpoint->set_credential(ps::credential_of(reply.header));
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(sync + ".inited")) {
+    expect(std::chrono::steady_clock::now() < deadline, "rank 1 initialised key 0 within 30 s");
+    std::this_thread::sleep_for(5ms);
+  }
+  // The connection that outlives the registration it was made under.
+  auto old = endpoint->connect(*t, servers[0], 0, ps::Role::kServer, 0, 10s);
+  ps::Header unreg;
+  unreg.type = ps::MsgType::kUnregister;
+  client.requests.call(*sched, unreg, {}, "UNREGISTER", 10s);
+
+  WorkerOptions o;
+  o.scheduler = scheduler_addr;
+  o.transport = backend;
+  o.secret = secret;
+  o.rank = 0;
+  Worker again = Worker::join(o);
+  expect(again.rank() == 0, "rejoined as rank 0 (a new registration)");
+
+  std::vector<float> grad(4, 1000.f);
+  ps::Header push;
+  push.type = ps::MsgType::kPush;
+  push.dtype = ps::WireType::kF32;
+  push.count = push.total = 4;
+  std::string error = "accepted";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  push.request_id = client.requests.add(*old, "PUSH on the old connection",
+                                        [&](const Status& s, const ps::Header&, auto) {
+                                          std::lock_guard lock(mu);
+                                          if (!s.ok()) error = s.message();
+                                          done = true;
+                                          cv.notify_all();
+                                        });
+  ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
+  old->send(push, {&b, 1});
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, 10s, [&] { return done; });
+  }
+  std::this_thread::sleep_for(300ms);  // an accepted push (async) is applied by now
+  std::vector<float> out(4, -1.f);
+  again.pull(0, out).wait();
+  expect(has(error, "no longer a live member"),
+         "push on a connection of an earlier registration refused: " + error);
+  expect(out == std::vector<float>(4, 0.f), "weights untouched (" + std::to_string(out[0]) + ")");
+  again.shutdown();
+  t->shutdown();
+  if (std::FILE* f = std::fopen(sync.c_str(), "w")) std::fclose(f);
 }
 
 }  // namespace psrt::test

@@ -16,6 +16,13 @@
 //                                                  --max-grad-norm, or set_optimizer with X)
 //   ps_worker invariants --case C --rounds R       rank 0 attacks a protocol invariant
 //                                                  (invariant_attacks.cc); ranks 1, 2 as attack
+//   ps_worker stale --stop-file F                  async, 2 workers: rank 0 (attacker.cc) pushes
+//                                                  on a connection of an earlier registration
+//                                                  of its rank; rank 1 holds key 0 (zeros)
+//   ps_worker victim --stop-file F --rounds R      sum mode, lr 1: after init and a barrier
+//                                                  each rank writes F.ready<rank> and waits for
+//                                                  F.go (an attack runs meanwhile), then checks
+//                                                  every round exactly and that no worker left
 #include <cmath>
 #include <unistd.h>
 
@@ -213,6 +220,39 @@ void honest(psrt::Worker& w, const Args& a) {
   }
 }
 
+// The target of ps_spoofer (identity_test.cc): key 0 of 4099 elements, sum of every rank's
+// (r+1)(t+1) + i%7 in round t, lr 1, checked exactly; the job must still have all its workers.
+void victim(psrt::Worker& w, const Args& a) {
+  const std::size_t size = 4099;
+  const int n = w.num_workers();
+  std::vector<float> v(size), g(size), out(size);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = init_value(i);
+  w.init(0, v);
+  w.barrier();
+  const std::string ready = a.stop_file + ".ready" + std::to_string(w.rank());
+  if (std::FILE* f = std::fopen(ready.c_str(), "w")) std::fclose(f);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(a.stop_file + ".go")) {
+    if (std::chrono::steady_clock::now() > deadline) fail("no go file within 30 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int t = 0; t < a.rounds; ++t) {
+    for (std::size_t i = 0; i < size; ++i)
+      g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
+    w.push_pull(0, g, out).wait();
+    for (std::size_t i = 0; i < size; ++i) {
+      double drop = 0;
+      for (int u = 0; u <= t; ++u)
+        drop += n * (n + 1) / 2.0 * (u + 1) + n * static_cast<double>(i % 7);
+      if (out[i] != static_cast<float>(init_value(i) - drop))
+        fail("round " + std::to_string(t) + " element " + std::to_string(i) + " is " +
+             std::to_string(out[i]) + ", expected " + std::to_string(init_value(i) - drop));
+    }
+  }
+  w.barrier();  // every worker is still a member: a forged UNREGISTER would fail this
+}
+
 // Compares every weight with `want` exactly.
 void expect_weights(const std::vector<float>& got, const std::vector<float>& want,
                     const std::string& when) {
@@ -304,6 +344,15 @@ void schedule(psrt::Worker& w, const Args& a) {
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
+  if (a.scenario == "stale" && std::string(std::getenv("PSRT_RANK")) == "0") {
+    try {
+      psrt::test::run_stale_rank(a.stop_file);
+    } catch (const psrt::Error& e) {
+      fail(std::string("stale: ") + e.what());
+    }
+    std::printf("PASS stale rank 0\n");
+    return 0;
+  }
   if (a.scenario == "attack" && std::string(std::getenv("PSRT_RANK")) == "0") {
     try {
       psrt::test::run_attacks();
@@ -341,6 +390,17 @@ int main(int argc, char** argv) {
       guard(w);
     } else if (a.scenario == "clip") {
       clip(w, a);
+    } else if (a.scenario == "victim") {
+      victim(w, a);
+    } else if (a.scenario == "stale") {
+      std::vector<float> zeros(4, 0.f);
+      w.init(0, zeros);
+      if (std::FILE* f = std::fopen((a.stop_file + ".inited").c_str(), "w")) std::fclose(f);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+      while (!std::filesystem::exists(a.stop_file)) {
+        if (std::chrono::steady_clock::now() > deadline) fail("rank 0 did not finish in 40 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
     } else {
       fail("unknown scenario " + a.scenario);
     }

@@ -1,4 +1,5 @@
-// Job membership proof: HMAC-SHA256 over the label and both nonces, secrets and secret files.
+// Job membership proof: HMAC-SHA256 over the label, both ends' roles and ranks, both nonces and
+// the membership credential; secrets and secret files.
 #include "ps/auth.h"
 
 #include <gtest/gtest.h>
@@ -23,14 +24,27 @@ Nonce nonce_of(std::uint8_t fill) {
 }
 
 constexpr std::string_view kSecret = "0123456789abcdef0123456789abcdef";
+const Identity kWorker3{Role::kWorker, 3};
+const Identity kServer1{Role::kServer, 1};
 
-TEST(Auth, ProofIsHmacSha256OverTheLabelAndBothNonces) {
+Digest proof(std::string_view secret, std::string_view label, const Nonce& a, const Nonce& b) {
+  return prove(secret, label, kWorker3, kServer1, a, b);
+}
+
+TEST(Auth, ProofIsHmacSha256OverTheLabelIdentitiesNoncesAndCredential) {
   const Nonce a = nonce_of(1);
   const Nonce b = nonce_of(100);
+  Credential cred;
+  for (std::size_t i = 0; i < cred.size(); ++i)
+    cred[i] = std::byte(static_cast<std::uint8_t>(7 * i));
   // The proof's exact input is part of the wire protocol: peers of one version must agree.
-  std::string msg = "psrt-auth-v1:client";
+  std::string msg = "psrt-auth-v2:client";
+  for (std::uint32_t v : {2u, 3u, 1u, 1u})  // worker 3 to server 1, u32 little-endian each
+    msg.append({static_cast<char>(v), 0, 0, 0});
   msg.append(reinterpret_cast<const char*>(a.data()), a.size());
   msg.append(reinterpret_cast<const char*>(b.data()), b.size());
+  msg.append({16, 0, 0, 0});
+  msg.append(reinterpret_cast<const char*>(cred.data()), cred.size());
   Digest expected{};
   unsigned int len = 0;
   ASSERT_NE(HMAC(EVP_sha256(), kSecret.data(), static_cast<int>(kSecret.size()),
@@ -38,19 +52,39 @@ TEST(Auth, ProofIsHmacSha256OverTheLabelAndBothNonces) {
                  reinterpret_cast<unsigned char*>(expected.data()), &len),
             nullptr);
   ASSERT_EQ(len, kDigestBytes);
-  EXPECT_EQ(prove(kSecret, "client", a, b), expected);
+  EXPECT_EQ(prove(kSecret, "client", kWorker3, kServer1, a, b, cred), expected);
 }
 
 TEST(Auth, ProofIsDeterministicAndBoundToEveryInput) {
   const Nonce a = nonce_of(1);
   const Nonce b = nonce_of(100);
-  const Digest base = prove(kSecret, "client", a, b);
-  EXPECT_EQ(prove(kSecret, "client", a, b), base);
-  EXPECT_NE(prove(kSecret, "acceptor", a, b), base) << "label";
-  EXPECT_NE(prove("0123456789abcdef0123456789abcdeF", "client", a, b), base) << "secret";
-  EXPECT_NE(prove(kSecret, "client", nonce_of(2), b), base) << "first nonce";
-  EXPECT_NE(prove(kSecret, "client", a, nonce_of(101)), base) << "second nonce";
-  EXPECT_NE(prove(kSecret, "client", b, a), base) << "nonce order";
+  const Digest base = proof(kSecret, "client", a, b);
+  EXPECT_EQ(proof(kSecret, "client", a, b), base);
+  EXPECT_NE(proof(kSecret, "acceptor", a, b), base) << "label";
+  EXPECT_NE(proof("0123456789abcdef0123456789abcdeF", "client", a, b), base) << "secret";
+  EXPECT_NE(proof(kSecret, "client", nonce_of(2), b), base) << "first nonce";
+  EXPECT_NE(proof(kSecret, "client", a, nonce_of(101)), base) << "second nonce";
+  EXPECT_NE(proof(kSecret, "client", b, a), base) << "nonce order";
+}
+
+// A HELLO's role and rank cannot be changed on the way: the proof of worker 3 is not the proof
+// of worker 0, of a server 3, or of a worker 3 talking to another server; and a proof with a
+// membership credential is not one without it or with another.
+TEST(Auth, ProofIsBoundToRoleRankAndCredential) {
+  const Nonce a = nonce_of(1);
+  const Nonce b = nonce_of(100);
+  const Digest base = prove(kSecret, "client", kWorker3, kServer1, a, b);
+  EXPECT_NE(prove(kSecret, "client", {Role::kWorker, 0}, kServer1, a, b), base) << "client rank";
+  EXPECT_NE(prove(kSecret, "client", {Role::kServer, 3}, kServer1, a, b), base) << "client role";
+  EXPECT_NE(prove(kSecret, "client", kWorker3, {Role::kServer, 0}, a, b), base) << "server rank";
+  EXPECT_NE(prove(kSecret, "client", kWorker3, {Role::kScheduler, 1}, a, b), base)
+      << "acceptor role";
+  Credential c1{}, c2{};
+  c2[15] = std::byte{1};
+  const Digest with = prove(kSecret, "client", kWorker3, kServer1, a, b, c1);
+  EXPECT_NE(with, base) << "a credential, even all zero, changes the proof";
+  EXPECT_NE(prove(kSecret, "client", kWorker3, kServer1, a, b, c2), with) << "credential";
+  EXPECT_NE(random_credential(), random_credential());
 }
 
 TEST(Auth, RandomNoncesDiffer) {
@@ -58,7 +92,7 @@ TEST(Auth, RandomNoncesDiffer) {
 }
 
 TEST(Auth, SameDigestComparesSizeAndEveryByte) {
-  const Digest d = prove(kSecret, "x", nonce_of(0), nonce_of(50));
+  const Digest d = proof(kSecret, "x", nonce_of(0), nonce_of(50));
   EXPECT_TRUE(same_digest(d, d));
   for (std::size_t i : {std::size_t{0}, std::size_t{17}, kDigestBytes - 1}) {
     Digest other = d;

@@ -134,7 +134,7 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
         break;
       case MsgType::kMembership:
         h.count = 5;
-        payload = 20;
+        payload = 5 * kMemberRecordBytes;
         break;
       case MsgType::kError:
       case MsgType::kRegister:
@@ -198,7 +198,7 @@ TEST(ProtocolHeader, RejectsBadMagic) {
 TEST(ProtocolHeader, RejectsAnotherProtocolVersion) {
   auto b = encode(control_header(MsgType::kBarrier));
   wire::store<std::uint16_t>(&b[4], kProtocolVersion + 1);
-  expect_rejected(decode_bytes(b, 0), "protocol version 2");
+  expect_rejected(decode_bytes(b, 0), "protocol version " + std::to_string(kProtocolVersion + 1));
   wire::store<std::uint16_t>(&b[4], 0);
   expect_rejected(decode_bytes(b, 0), "protocol version 0");
 }
@@ -342,7 +342,7 @@ TEST(ProtocolHeader, RejectsFixedSizeTypesOfAnotherSize) {
   expect_rejected(decode_header(control_header(MsgType::kLocateReply, 2), 47),
                   "LOCATE_REPLY payload of 47 bytes, expected 48");
   expect_rejected(decode_header(control_header(MsgType::kMembership, 3), 11),
-                  "MEMBERSHIP payload of 11 bytes, expected 12");
+                  "MEMBERSHIP payload of 11 bytes, expected 60");
   expect_rejected(decode_header(control_header(MsgType::kMembership, kMaxControlBytes / 4 + 1), 0),
                   "MEMBERSHIP with 262145 records");
   // A record count whose byte size would overflow is refused before it is multiplied.

@@ -73,10 +73,10 @@ UcxConnection::UcxConnection(std::shared_ptr<UcxContext> ctx, std::uint64_t id, 
 
 UcxConnection::~UcxConnection() = default;
 
-void UcxConnection::establish_on_loop(std::uint64_t remote_id,
+void UcxConnection::establish_on_loop(const RouteToken& remote_token,
                                       const std::vector<std::byte>& worker_address,
                                       bool same_host) {
-  remote_id_ = remote_id;
+  remote_token_ = remote_token;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -180,7 +180,7 @@ void UcxConnection::issue_on_loop(std::unique_ptr<SendOp> op) {
                                                       "connection to " + peer_ + " is closed"));
     return recycle_op(std::move(op));
   }
-  wire::store<std::uint64_t>(op->header.data(), remote_id_);
+  std::memcpy(op->header.data(), remote_token_.data(), kRouteTokenBytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
@@ -419,7 +419,7 @@ void UcxConnection::finish_close_on_loop() {
   recvs_.clear();
   undelivered_.clear();
   ctx_->receiver().on_closed(*this, close_status_);
-  ctx_->forget_on_loop(id_);
+  ctx_->forget_on_loop(*this);
 }
 
 }  // namespace psrt::transport::ucx

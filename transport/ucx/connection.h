@@ -14,14 +14,16 @@
 
 #include "transport/socket.h"
 #include "transport/transport.h"
+#include "transport/ucx/hello.h"
 
 namespace psrt::transport::ucx {
 
 class UcxContext;
 
-// Active-message header on the wire: the receiver's connection id (8 bytes, little-endian),
-// then the caller's header.
-inline constexpr std::size_t kAmRouteBytes = 8;
+// Active-message header on the wire: the receiver's route token for the connection (16 bytes,
+// from its bootstrap hello), then the caller's header. The receiver drops a message whose token
+// is not one of its connections' (context.h).
+inline constexpr std::size_t kAmRouteBytes = kRouteTokenBytes;
 
 struct RecvOp;
 struct SendOp;
@@ -38,9 +40,20 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   std::uint64_t id() const override { return id_; }
   bool is_open() const override { return open_.load(std::memory_order_acquire); }
 
-  // Creates the endpoint to the peer's worker. Throws.
-  void establish_on_loop(std::uint64_t remote_id, const std::vector<std::byte>& worker_address,
-                         bool same_host);
+  // The token the peer must put in every active message for this connection; sent to the peer
+  // in our bootstrap hello. The context draws a new one (before the hello) if its key collides.
+  const RouteToken& route_token() const { return token_; }
+  std::uint64_t route_key() const noexcept { return ucx::route_key(token_.data()); }
+  void redraw_route_token_on_loop() { token_ = random_route_token(); }
+  // Whether `bytes` (kRouteTokenBytes) are this connection's token, in constant time.
+  bool carries_route_token(const std::byte* bytes) const noexcept {
+    return same_route_token(bytes, token_);
+  }
+
+  // Creates the endpoint to the peer's worker; `remote_token` goes into every message sent on
+  // it. Throws.
+  void establish_on_loop(const RouteToken& remote_token,
+                         const std::vector<std::byte>& worker_address, bool same_host);
   // From now on EOF or an error on `control` (the handshake socket) means the peer is gone.
   void watch_liveness_on_loop(Fd control);
   // Closes the endpoint and the liveness socket. on_closed() runs once no rendezvous receive
@@ -76,11 +89,12 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
 
   std::shared_ptr<UcxContext> ctx_;
   const std::uint64_t id_;
+  RouteToken token_ = random_route_token();  // fixed once the hello went out
   const std::string peer_;
   std::atomic<bool> open_{true};
   std::atomic<std::uint32_t> posted_sends_{0};  // sends handed to the loop, not issued yet
   // Loop thread only:
-  std::uint64_t remote_id_ = 0;
+  RouteToken remote_token_{};
   ucp_ep_h ep_ = nullptr;
   Fd control_;
   std::unordered_set<RecvOp*> recvs_;  // rendezvous receives in flight

@@ -134,13 +134,29 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
                   header_length, kAmRouteBytes, kAmRouteBytes + kMaxHeaderBytes);
     return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
+  // The token binds the message to a connection: only the peer that received it in our
+  // bootstrap hello has it. Anything else is dropped, not answered, and no connection is closed
+  // for it (that would hand any process that can reach the worker a way to cut peers off).
   auto* h = static_cast<const std::byte*>(header);
-  auto id = wire::load<std::uint64_t>(h);
-  auto it = connections_.find(id);
-  if (it == connections_.end() || !it->second->is_open()) {
-    PSRT_LOG_DEBUG("ucx: dropping a message for unknown or closed connection {}", id);
+  auto it = connections_.find(route_key(h));
+  if (it == connections_.end()) {
+    // Also what a late message for a connection closed here looks like: not worth a warning.
+    PSRT_LOG_DEBUG("ucx: dropping an active message with an unknown route token");
     return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
   }
+  if (!it->second->carries_route_token(h)) {
+    if (++forged_dropped_ <= 10 || (forged_dropped_ & (forged_dropped_ - 1)) == 0)
+      PSRT_LOG_WARN(
+          "ucx: dropping an active message for connection {} with a wrong route token (forged; "
+          "{} so far)",
+          it->second->id(), forged_dropped_);
+    return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
+  }
+  if (!it->second->is_open()) {
+    PSRT_LOG_DEBUG("ucx: dropping a message for closed connection {}", it->second->id());
+    return rndv ? UCS_ERR_NOT_CONNECTED : UCS_OK;
+  }
+  const std::uint64_t id = it->second->id();
   if (length > options_.max_payload_bytes) {
     auto conn = it->second;
     std::string why = "payload of " + std::to_string(length) +
@@ -233,9 +249,10 @@ void UcxContext::read_hello_on_loop(int fd) {
 
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, peer);
   try {
-    Hello reply{conn->id(), boot_id_, address_};
+    while (connections_.count(conn->route_key())) conn->redraw_route_token_on_loop();
+    Hello reply{conn->route_token(), boot_id_, address_};
     auto bytes = encode_hello(reply);
-    conn->establish_on_loop(hello.conn_id, peer_address,
+    conn->establish_on_loop(hello.route_token, peer_address,
                             hello.boot_id == boot_id_ && !boot_id_.empty());
     write_all(control.get(), bytes.data(), bytes.size(),
               std::chrono::steady_clock::now() + std::chrono::seconds(1));
@@ -245,7 +262,7 @@ void UcxContext::read_hello_on_loop(int fd) {
     return;
   }
   conn->watch_liveness_on_loop(std::move(control));
-  connections_[conn->id()] = conn;
+  add_connection_on_loop(conn);
   receiver_->on_connected(conn);
 }
 
@@ -256,10 +273,10 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
   tune_stream(fd.get(), options_.peer_timeout);
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, address);
   // Registered before the hello goes out: the peer may send as soon as it has read it.
-  loop_.run_sync([&] { connections_[conn->id()] = conn; });
+  loop_.run_sync([&] { add_connection_on_loop(conn); });
   Hello reply;
   try {
-    auto bytes = encode_hello(Hello{conn->id(), boot_id_, address_});
+    auto bytes = encode_hello(Hello{conn->route_token(), boot_id_, address_});
     write_all(fd.get(), bytes.data(), bytes.size(), deadline);
     std::array<std::byte, kHelloFixedBytes> fixed;
     read_all(fd.get(), fixed.data(), fixed.size(), deadline);
@@ -269,7 +286,7 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
     reply.worker_address.resize(address_len);
     read_all(fd.get(), reply.worker_address.data(), address_len, deadline);
     loop_.run_sync([&] {
-      conn->establish_on_loop(reply.conn_id, reply.worker_address,
+      conn->establish_on_loop(reply.route_token, reply.worker_address,
                               reply.boot_id == boot_id_ && !boot_id_.empty());
       conn->watch_liveness_on_loop(std::move(fd));
       receiver_->on_connected(conn);
@@ -281,8 +298,14 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
   return conn;
 }
 
-void UcxContext::forget_on_loop(std::uint64_t id) {
-  connections_.erase(id);
+void UcxContext::add_connection_on_loop(const std::shared_ptr<UcxConnection>& conn) {
+  while (connections_.count(conn->route_key())) conn->redraw_route_token_on_loop();
+  connections_[conn->route_key()] = conn;
+}
+
+void UcxContext::forget_on_loop(const UcxConnection& conn) {
+  auto it = connections_.find(conn.route_key());
+  if (it != connections_.end() && it->second.get() == &conn) connections_.erase(it);
 }
 
 ucp_mem_h UcxContext::find_memh(const void* data, std::size_t size) const {

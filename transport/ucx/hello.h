@@ -1,20 +1,28 @@
 // The UCX backend's bootstrap handshake, sent once each way over the TCP socket that connect()
 // opens to a listener. It carries what UCX needs to create endpoints (the worker address) and
-// what psrt needs to route active messages (the sender's connection id). The socket then stays
-// open as a liveness channel: its EOF or keepalive failure is how a dead peer is noticed.
+// what psrt needs to route active messages to this connection (the route token the peer must
+// put in front of every message on it). The socket then stays open as a liveness channel: its EOF or keepalive
+// failure is how a dead peer is noticed. Nothing in it is acted on beyond creating the endpoint:
+// the connection it opens is unauthenticated until the PS handshake (ps/endpoint.h) completes.
 //
 //   offset  size  field
 //   0       4     magic 'PSUX' (0x58555350)
-//   4       2     version (1)
+//   4       2     version (2)
 //   6       2     reserved, must be 0
-//   8       8     conn_id: the sender's id for this connection; the receiver puts it in every
-//                 active-message header it sends back
-//   16      40    boot_id: /proc/sys/kernel/random/boot_id of the sender, NUL-padded; equal ids
+//   8       16    route_token: 128 random bits the sender drew for this connection; the receiver
+//                 puts them in front of every active message it sends on it, and the sender
+//                 takes a message only for the connection whose token it carries, compared in
+//                 constant time (context.h)
+//   24      40    boot_id: /proc/sys/kernel/random/boot_id of the sender, NUL-padded; equal ids
 //                 mean one host (shared memory usable)
-//   56      4     address_len (1 .. kMaxWorkerAddressBytes)
-//   60      ...   UCX worker address
+//   64      4     address_len (1 .. kMaxWorkerAddressBytes)
+//   68      ...   UCX worker address
+//
+// Version 1 (the sender's sequential connection id instead of a token, which any process that
+// could reach the worker could write) is refused with a message naming both versions.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -24,13 +32,23 @@
 namespace psrt::transport::ucx {
 
 inline constexpr std::uint32_t kHelloMagic = 0x58555350;  // "PSUX"
-inline constexpr std::uint16_t kHelloVersion = 1;
-inline constexpr std::size_t kHelloFixedBytes = 60;
+inline constexpr std::uint16_t kHelloVersion = 2;
+inline constexpr std::size_t kHelloFixedBytes = 68;
+inline constexpr std::size_t kRouteTokenBytes = 16;
 inline constexpr std::size_t kBootIdBytes = 40;
 inline constexpr std::size_t kMaxWorkerAddressBytes = 64 * 1024;
 
+using RouteToken = std::array<std::byte, kRouteTokenBytes>;
+
+// 128 bits from the kernel's CSPRNG (getrandom). Throws psrt::Error when none can be had.
+RouteToken random_route_token();
+// Constant-time comparison of `bytes` (kRouteTokenBytes of them) with `token`.
+bool same_route_token(const std::byte* bytes, const RouteToken& token) noexcept;
+// The token's first 8 bytes (little-endian): where the receiver looks its connection up.
+std::uint64_t route_key(const std::byte* token) noexcept;
+
 struct Hello {
-  std::uint64_t conn_id = 0;
+  RouteToken route_token{};
   std::string boot_id;
   std::vector<std::byte> worker_address;
 };
