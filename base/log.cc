@@ -71,4 +71,20 @@ void write(Level lvl, std::string_view message) {
                static_cast<int>(message.size()), message.data());
 }
 
+bool RateLimit::allow(std::uint64_t& suppressed) noexcept {
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::int64_t span =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(interval_).count();
+  std::int64_t start = window_start_.load(std::memory_order_relaxed);
+  if (now - start >= span && window_start_.compare_exchange_strong(start, now)) {
+    in_window_.store(0, std::memory_order_relaxed);
+  }
+  if (in_window_.fetch_add(1, std::memory_order_relaxed) >= burst_) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace psrt::log

@@ -24,6 +24,12 @@ bool is_data(MsgType t) {
          t == MsgType::kPullReply;
 }
 
+// "10.0.0.3" of "10.0.0.3:41234": the unit the per-host cap counts.
+std::string host_of(const std::string& address) {
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
 }  // namespace
 
 Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
@@ -32,8 +38,8 @@ Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
                             to_string(self_), to_string(type), to_string(peer.role())));
 }
 
-Endpoint::Endpoint(std::string secret, Role self, Limits limits)
-    : secret_(std::move(secret)), self_(self), limits_(limits) {
+Endpoint::Endpoint(std::string secret, Role self, Limits limits, Admission admission)
+    : secret_(std::move(secret)), self_(self), limits_(limits), admission_(admission) {
   linger_thread_ = std::thread([this] {
     std::unique_lock lock(linger_mu_);
     while (!stopping_) {
@@ -52,6 +58,7 @@ Endpoint::Endpoint(std::string secret, Role self, Limits limits)
         } catch (...) {  // no memory to post the close: the transport's shutdown closes it
         }
       }
+      expire_handshakes(now);
       lock.lock();
     }
   });
@@ -98,7 +105,9 @@ void Peer::send_error(std::uint64_t request_id, ErrorCode code, const std::strin
   h.type = MsgType::kError;
   h.request_id = request_id;
   h.arg0 = static_cast<std::uint32_t>(code);
-  auto text = message.substr(0, kMaxControlBytes);
+  // Before authentication the peer accepts no more than kMaxPreAuthPayloadBytes.
+  auto text = message.substr(0, authenticated() ? kMaxControlBytes : kMaxPreAuthPayloadBytes);
+  if (then_close) closing_.store(true);
   auto b = as_bytes(text);
   std::weak_ptr<transport::Connection> weak = conn_;
   Endpoint* endpoint = endpoint_;
@@ -136,7 +145,65 @@ std::shared_ptr<Peer> Endpoint::find_or_add(const std::shared_ptr<transport::Con
 }
 
 void Endpoint::on_connected(const std::shared_ptr<transport::Connection>& conn) {
-  find_or_add(conn);
+  auto peer = find_or_add(conn);
+  std::string refused;
+  {
+    std::lock_guard lock(mu_);
+    if (dialling_.count(conn->peer())) return;  // the connection connect() is making
+    const std::string host = host_of(conn->peer());
+    auto& on_host = pending_by_host_[host];
+    if (pending_total_ >= admission_.max_pending) {
+      refused = fmt::format(
+          "{} connections are already waiting to authenticate "
+          "(PSRT_MAX_UNAUTHENTICATED)",
+          pending_total_);
+    } else if (on_host >= admission_.max_pending_per_host) {
+      refused = fmt::format(
+          "{} connections from {} are already waiting to authenticate "
+          "(PSRT_MAX_UNAUTHENTICATED_PER_HOST)",
+          on_host, host);
+    } else {
+      ++on_host;
+      ++pending_total_;
+      peer->pending_ = true;
+      peer->host_ = host;
+      deadlines_.emplace_back(std::chrono::steady_clock::now() + admission_.handshake_timeout,
+                              conn->id());
+    }
+    if (on_host == 0) pending_by_host_.erase(host);
+  }
+  if (refused.empty()) return;
+  PSRT_LOG_WARN_LIMITED("refusing a connection from {}: {}", conn->peer(), refused);
+  peer->closing_.store(true);
+  conn->close();
+}
+
+void Endpoint::release_pending_locked(Peer& peer) {
+  if (!peer.pending_) return;
+  peer.pending_ = false;
+  --pending_total_;
+  auto it = pending_by_host_.find(peer.host_);
+  if (it != pending_by_host_.end() && --it->second == 0) pending_by_host_.erase(it);
+}
+
+void Endpoint::expire_handshakes(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<Peer>> late;
+  {
+    std::lock_guard lock(mu_);
+    while (!deadlines_.empty() && deadlines_.front().first <= now) {
+      auto it = peers_.find(deadlines_.front().second);
+      deadlines_.pop_front();
+      if (it != peers_.end() && it->second->pending_) late.push_back(it->second);
+    }
+  }
+  for (auto& peer : late) {
+    PSRT_LOG_WARN_LIMITED(
+        "closing the connection from {}: no authentication within {} ms "
+        "(PSRT_HANDSHAKE_TIMEOUT_MS)",
+        peer->address(), admission_.handshake_timeout.count());
+    peer->closing_.store(true);
+    peer->close();
+  }
 }
 
 std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::string& address,
@@ -147,11 +214,21 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
                                                  : fmt::format("{} {}", to_string(remote),
                                                                remote_rank);
   std::shared_ptr<transport::Connection> conn;
+  {
+    std::lock_guard lock(mu_);
+    ++dialling_[address];
+  }
+  auto dialled = [&] {
+    std::lock_guard lock(mu_);
+    if (--dialling_[address] == 0) dialling_.erase(address);
+  };
   try {
     conn = t.connect(address);
   } catch (const Error& e) {
+    dialled();
     throw Error(e.code(), fmt::format("cannot reach {}: {}", what, e.what()));
   }
+  dialled();
   auto peer = find_or_add(conn);
   auto done = std::make_shared<std::promise<Status>>();
   auto result = done->get_future();
@@ -184,14 +261,13 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
 }
 
 void Endpoint::reject(Peer& peer, std::uint64_t request_id, const Status& why) {
-  PSRT_LOG_WARN("refusing {}: {}", peer.name(), why.message());
+  PSRT_LOG_WARN_LIMITED("refusing {}: {}", peer.name(), why.message());
   peer.send_error(request_id, why.code(), why.message(), /*then_close=*/true);
 }
 
 transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request_id,
                                                const Status& why, std::size_t size) {
-  constexpr std::size_t kMaxDiscardBytes = std::size_t{64} << 20;
-  if (size > kMaxDiscardBytes) {
+  if (size > kMaxDrainBytes) {
     reject(peer, request_id, why);
     throw Error(why.code(), why.message());
   }
@@ -253,6 +329,15 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
                                              std::span<const std::byte> header, std::size_t size) {
   auto peer = find(conn.id());
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
+  if (peer->closing_.load()) throw Error(ErrorCode::kConnectionClosed, "refused earlier");
+  if (!peer->authenticated() && size > kMaxPreAuthPayloadBytes) {
+    // Nothing is read or allocated for it: the transport closes the connection at once.
+    peer->closing_.store(true);
+    auto why = fmt::format("a {}-byte payload before authentication (at most {})", size,
+                           kMaxPreAuthPayloadBytes);
+    PSRT_LOG_WARN_LIMITED("refusing {}: {}; closing the connection", peer->name(), why);
+    throw Error(ErrorCode::kAuthentication, why);
+  }
   Header h;
   if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
   if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
@@ -280,7 +365,7 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
 void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> header,
                        const transport::Placement& placement) {
   auto peer = find(conn.id());
-  if (!peer) return;
+  if (!peer || peer->closing_.load()) return;  // nothing after a refusal is processed
   peer->last_seen_.store(now_ticks(), std::memory_order_relaxed);
   if (placement.dest.size > 0) {
     std::unique_lock lock(mu_);
@@ -317,7 +402,12 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
       cb(Status(error_code_of(h), "refused the connection: " + text));
       return;
     }
-    return handshake(*peer, h, payload);
+    handshake(*peer, h, payload);
+    if (peer->authenticated()) {
+      std::lock_guard lock(mu_);
+      release_pending_locked(*peer);
+    }
+    return;
   }
   if (!may_send(self_, peer->role(), h.type))
     return reject(*peer, h.request_id, not_permitted(*peer, h.type));
@@ -449,6 +539,7 @@ void Endpoint::on_closed(transport::Connection& conn, const Status& why) {
     peer = std::move(it->second);
     peers_.erase(it);
     peer->inflight_.clear();
+    release_pending_locked(*peer);
   }
   if (auto cb = std::move(peer->on_handshake_))
     cb(Status(why.ok() ? ErrorCode::kConnectionClosed : why.code(),

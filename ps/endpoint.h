@@ -8,10 +8,17 @@
 //
 // Threads: Handler callbacks run on the transport's progress thread and must not block.
 // Peer::send and Peer::close may be called from any thread.
+//
+// Admission (see Admission): an accepted connection must authenticate within a deadline; the
+// connections not yet authenticated are capped per remote host and in total; before
+// authentication no message may carry more than kMaxPreAuthPayloadBytes (a larger one closes the
+// connection at once, nothing is allocated for it); after any refusal (a wrong proof included)
+// the connection closes and nothing further on it is processed.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <thread>
 #include <chrono>
 #include <cstdint>
@@ -31,6 +38,24 @@
 namespace psrt::ps {
 
 class Endpoint;
+
+// The largest payload an unauthenticated peer may send (HELLO, AUTH: 32 bytes) or be sent (an
+// ERROR's text is cut to this before authentication).
+inline constexpr std::size_t kMaxPreAuthPayloadBytes = 1024;
+// A refused payload after authentication is drained through a buffer of at most this size so
+// that the ERROR reply arrives in order; a larger one closes the connection at once.
+inline constexpr std::size_t kMaxDrainBytes = std::size_t{64} << 10;
+
+// Limits on connections that have not authenticated (PSRT_HANDSHAKE_TIMEOUT_MS,
+// PSRT_MAX_UNAUTHENTICATED, PSRT_MAX_UNAUTHENTICATED_PER_HOST in the env contract).
+struct Admission {
+  // An accepted connection that has not completed the handshake by then is closed.
+  std::chrono::milliseconds handshake_timeout{5'000};
+  // Accepted connections not yet authenticated, in total and per remote host (IP address);
+  // a connection beyond either is closed at once.
+  std::size_t max_pending = 512;
+  std::size_t max_pending_per_host = 128;
+};
 
 class Peer : public std::enable_shared_from_this<Peer> {
  public:
@@ -85,6 +110,12 @@ class Peer : public std::enable_shared_from_this<Peer> {
   // Messages refused at place(): their payload is drained into a discard buffer so that the
   // ERROR reply goes out in order and the connection closes after it.
   std::unordered_map<std::uint64_t, Status> refused_;
+  // Admission (guarded by the endpoint's mu_): an accepted connection not yet authenticated,
+  // counted against the caps under host_.
+  bool pending_ = false;
+  std::string host_;
+  // Set once the connection is being closed after a refusal: nothing more on it is processed.
+  std::atomic<bool> closing_{false};
 };
 
 class Handler {
@@ -110,7 +141,7 @@ class Handler {
 
 class Endpoint final : public transport::Receiver {
  public:
-  Endpoint(std::string secret, Role self, Limits limits);
+  Endpoint(std::string secret, Role self, Limits limits, Admission admission = {});
   ~Endpoint() override;
 
   // Must be set before the transport delivers anything and outlive the transport.
@@ -161,6 +192,11 @@ class Endpoint final : public transport::Receiver {
   // Closes `conn` after kErrorLinger: an ERROR reply's send completing locally does not mean it
   // arrived (UCX reports a closed endpoint to the peer faster than its last active message).
   void close_later(std::weak_ptr<transport::Connection> conn);
+  // Admission bookkeeping (mu_ held).
+  void admit_locked(Peer& peer);
+  void release_pending_locked(Peer& peer);
+  // Closes accepted connections whose handshake deadline passed (timer thread).
+  void expire_handshakes(std::chrono::steady_clock::time_point now);
   friend class Peer;
 
   const std::string secret_;
@@ -168,10 +204,17 @@ class Endpoint final : public transport::Receiver {
   std::uint32_t self_rank_ = 0;
   std::optional<Credential> credential_;  // guarded by mu_
   const Limits limits_;
+  const Admission admission_;
   Handler* handler_ = nullptr;
   std::mutex mu_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Peer>> peers_;
   std::atomic<std::uint64_t> next_cookie_{1};
+  // Admission, guarded by mu_: addresses connect() is dialling (their on_connected is ours, not
+  // an accepted peer), unauthenticated accepted connections by host, and their deadlines.
+  std::unordered_map<std::string, int> dialling_;
+  std::unordered_map<std::string, std::size_t> pending_by_host_;
+  std::size_t pending_total_ = 0;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines_;
 
   std::mutex linger_mu_;
   std::condition_variable linger_cv_;

@@ -52,6 +52,20 @@ const std::vector<EnvVar>& env_contract() {
        "progress threads busy-poll this long after an event before sleeping (0 = never; psrun "
        "sets 0 when its workers + servers are at least the host's cores)"},
       {"PSRT_PEER_TIMEOUT_MS", "10000", "scheduler", "a peer silent this long is lost"},
+      {"PSRT_HANDSHAKE_TIMEOUT_MS", "5000", "scheduler, server",
+       "an accepted connection that has not authenticated by then is closed"},
+      {"PSRT_MAX_UNAUTHENTICATED", "512", "scheduler, server",
+       "accepted connections not yet authenticated, in total; more are closed at once (raised "
+       "to the job's processes + 16)"},
+      {"PSRT_MAX_UNAUTHENTICATED_PER_HOST", "128", "scheduler, server",
+       "the same per remote IP address (raised to the job's processes + 16)"},
+      {"PSRT_MAX_KEYS_PER_WORKER", "65536", "scheduler",
+       "new keys one worker may place (LOCATE with a size); beyond, LOCATE fails naming this"},
+      {"PSRT_MAX_SLICES_PER_WORKER", "1048576", "scheduler",
+       "slices of the new keys one worker may place; beyond, LOCATE fails naming this"},
+      {"PSRT_MAX_CONTROL_PER_SEC", "100000", "scheduler",
+       "control messages per second one peer may send the scheduler (burst: one second's "
+       "worth); beyond, it is disconnected naming this"},
       {"PSRT_LOG_LEVEL", "info", "all", "debug | info | warn | error"},
       {"PSRT_CPU_ISA", "", "server", "cap the update's ISA: scalar | avx2 | avx512"},
   };

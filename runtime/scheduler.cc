@@ -39,10 +39,17 @@ Scheduler::Scheduler(SchedulerConfig config)
       PSRT_LOG_WARN("no complete checkpoint round in {}: the job starts afresh",
                     config_.checkpoint_dir);
   }
-  endpoint_ = std::make_shared<ps::Endpoint>(config_.secret, ps::Role::kScheduler, ps::Limits{});
+  // The scheduler takes no data payloads: its limits follow from the job's largest slice, like a
+  // server's, not the transport's 2 GiB default.
+  ps::Limits limits;
+  limits.max_data_bytes = config_.partition_bytes;
+  endpoint_ = std::make_shared<ps::Endpoint>(config_.secret, ps::Role::kScheduler, limits,
+                                             config_.admission);
   endpoint_->set_handler(this);
   transport::Options topts;
   if (config_.secure) topts.secure_secret = config_.secret;
+  topts.max_payload_bytes = config_.partition_bytes + ps::kMaxControlBytes;
+  topts.accept_timeout = config_.admission.handshake_timeout;
   transport_ = transport::create_transport(config_.transport, endpoint_, topts);
   address_ = transport_->listen(config_.listen);
   monitor_ = std::thread([this] {
@@ -89,8 +96,34 @@ transport::Placement Scheduler::place(ps::Peer&, const Header& h, std::size_t) {
               fmt::format("the scheduler does not accept {}", ps::to_string(h.type)));
 }
 
+bool Scheduler::charge_control(ps::Peer& peer) {
+  Lock lock(mu_);
+  Quota& q = quotas_[peer.id()];
+  const auto now = std::chrono::steady_clock::now();
+  const double rate = config_.max_control_per_sec;
+  if (q.tokens < 0) {
+    q.tokens = rate;
+  } else {
+    q.tokens =
+        std::min(rate, q.tokens + rate * std::chrono::duration<double>(now - q.refilled).count());
+  }
+  q.refilled = now;
+  if (q.tokens >= 1) {
+    q.tokens -= 1;
+    return true;
+  }
+  lock.unlock();
+  peer.send_error(0, ErrorCode::kInvalidArgument,
+                  fmt::format("{} sent more than {} control messages a second to the scheduler "
+                              "(PSRT_MAX_CONTROL_PER_SEC); disconnecting it",
+                              peer.name(), config_.max_control_per_sec),
+                  true);
+  return false;
+}
+
 void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
                            const transport::Placement&) {
+  if (!charge_control(peer)) return;
   switch (h.type) {
     case MsgType::kRegister:
       return on_register(peer, h, payload);
@@ -260,6 +293,15 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
 
 void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
   Lock lock(mu_);
+  // Only the job's workers place and look up keys: anyone else holding the secret would grow
+  // the shard map (and the MANIFEST) at will.
+  if (auto it = workers_.find(peer.rank());
+      peer.role() != ps::Role::kWorker || it == workers_.end() || it->second.get() != &peer)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("LOCATE from {}, which is not a registered worker of the "
+                                       "job: register first",
+                                       peer.name()),
+                           false);
   const std::vector<ps::SliceRecord>* slices = shards_.find(h.key);
   if (!slices && h.total == 0)
     return peer.send_error(h.request_id, ErrorCode::kNotFound,
@@ -267,9 +309,37 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
                                        h.key),
                            false);
   try {
+    if (!slices) {
+      // A new key: within this worker's quotas (a slice table costs the scheduler up to 1 MiB
+      // and, with checkpoints, a MANIFEST rewrite).
+      Quota& q = quotas_[peer.id()];
+      const std::uint64_t elems =
+          std::max<std::uint64_t>(1, config_.partition_bytes / sizeof(float));
+      const std::uint64_t n = h.total / elems + (h.total % elems != 0 ? 1 : 0);
+      if (q.keys >= config_.max_keys_per_worker)
+        return peer.send_error(
+            h.request_id, ErrorCode::kInvalidArgument,
+            fmt::format("{} already placed {} new keys, the most one worker may "
+                        "(PSRT_MAX_KEYS_PER_WORKER={}); raise it if the model has more tensors",
+                        peer.name(), q.keys, config_.max_keys_per_worker),
+            false);
+      if (n > config_.max_slices_per_worker - std::min(q.slices, config_.max_slices_per_worker))
+        return peer.send_error(
+            h.request_id, ErrorCode::kInvalidArgument,
+            fmt::format("key {} of {} elements needs {} slices, beyond the {} new slices one "
+                        "worker may place ({} placed; PSRT_MAX_SLICES_PER_WORKER); raise it or "
+                        "--partition-bytes",
+                        h.key, h.total, n, config_.max_slices_per_worker, q.slices),
+            false);
+    }
     if (!slices || h.total != 0) {
       const bool fresh = slices == nullptr;
       slices = &shards_.place(h.key, h.total);
+      if (fresh) {
+        Quota& q = quotas_[peer.id()];
+        ++q.keys;
+        q.slices += slices->size();
+      }
       if (fresh && !config_.checkpoint_dir.empty()) ps::write_manifest(config_.checkpoint_dir, shards_);
     }
   } catch (const Error& e) {
@@ -360,6 +430,7 @@ void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
 void Scheduler::on_peer_closed(ps::Peer& peer, const Status& why) {
   requests_.fail_peer(peer, why);
   Lock lock(mu_);
+  quotas_.erase(peer.id());
   if (finished_) return;
   std::string reason = why.message();
   if (auto it = lost_why_.find(peer.id()); it != lost_why_.end()) reason = it->second;

@@ -56,6 +56,14 @@ struct SchedulerConfig {
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds rendezvous_timeout{120'000};
   bool secure = false;  // psrun --secure: every message sealed with keys from the secret
+  // Admission of connections not yet authenticated (PSRT_HANDSHAKE_TIMEOUT_MS, ...).
+  ps::Admission admission;
+  // Per-peer quotas (PSRT_MAX_KEYS_PER_WORKER, PSRT_MAX_SLICES_PER_WORKER,
+  // PSRT_MAX_CONTROL_PER_SEC): new keys and their slices one worker may place, and the control
+  // messages per second one peer may send (burst: one second's worth).
+  std::size_t max_keys_per_worker = 65'536;
+  std::size_t max_slices_per_worker = std::size_t{1} << 20;
+  std::uint32_t max_control_per_sec = 100'000;
 };
 
 class Scheduler final : public ps::Handler {
@@ -87,6 +95,9 @@ class Scheduler final : public ps::Handler {
   void on_register(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload);
   bool registered_locked(const ps::Peer& peer) const;
   void on_locate(ps::Peer& peer, const ps::Header& h);
+  // Takes one control message from `peer`'s token bucket; false (and the peer disconnected
+  // with an ERROR naming PSRT_MAX_CONTROL_PER_SEC) when it is empty.
+  bool charge_control(ps::Peer& peer);
   void admit_pending_locked();
   void reply_register(const Waiting& w, std::uint32_t rank);
   // Sends the live worker set to every server; `then` runs once all acknowledged.
@@ -117,6 +128,14 @@ class Scheduler final : public ps::Handler {
   ps::ShardMap shards_;
   std::uint64_t resume_round_ = 0;
   std::map<std::uint64_t, std::string> lost_why_;  // peer id → reason it was closed
+  // Per-peer quotas, by peer id (dropped when the peer closes).
+  struct Quota {
+    std::size_t keys = 0;
+    std::size_t slices = 0;
+    double tokens = -1;  // control messages left; < 0 = not started (a full bucket)
+    std::chrono::steady_clock::time_point refilled{};
+  };
+  std::map<std::uint64_t, Quota> quotas_;
   // Membership changes go one at a time; each waits for every server's ack.
   std::deque<std::function<void()>> changes_;
   bool change_running_ = false;

@@ -1,5 +1,6 @@
 #include "runtime/server_process.h"
 
+#include <algorithm>
 #include <csignal>
 #include <ctime>
 #include <future>
@@ -46,6 +47,17 @@ ps::ServerConfig server_config_from_env() {
   return c;
 }
 
+ps::Admission admission_from_env(std::size_t job_processes) {
+  ps::Admission a;
+  a.handshake_timeout = env_ms("PSRT_HANDSHAKE_TIMEOUT_MS");
+  const std::size_t floor = job_processes + 16;
+  a.max_pending = std::max<std::size_t>(
+      floor, static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED", 1, 1 << 24)));
+  a.max_pending_per_host = std::max<std::size_t>(
+      floor, static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED_PER_HOST", 1, 1 << 24)));
+  return a;
+}
+
 int run_server_from_env() {
   // Signals are taken synchronously by the main loop below (sigtimedwait); block them before
   // any thread starts so that every thread inherits the mask.
@@ -87,12 +99,17 @@ int run_server_from_env() {
 
   ps::Limits limits;
   limits.max_data_bytes = partition;
-  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, limits);
+  // Workers connect to every server: a job's processes all connecting at once stay admitted.
+  const auto job_processes = static_cast<std::size_t>(env_int("PSRT_NUM_WORKERS", 1, 1 << 24) +
+                                                      env_int("PSRT_NUM_SERVERS", 1, 1 << 24));
+  const ps::Admission admission = admission_from_env(job_processes);
+  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, limits, admission);
   endpoint->set_handler(&server);
   endpoint->set_self_rank(rank);  // proven to every worker in WELCOME
   transport::Options topts;
   topts.max_payload_bytes = partition + ps::kMaxControlBytes;
   topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
+  topts.accept_timeout = admission.handshake_timeout;
   topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);

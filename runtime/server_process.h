@@ -3,12 +3,20 @@
 // it as `psrun --internal-server`.
 #pragma once
 
+#include <cstddef>
+
+#include "ps/endpoint.h"
 #include "ps/server.h"
 
 namespace psrt::runtime {
 
 // The ServerConfig the PSRT_* environment describes. Throws psrt::Error naming a bad variable.
 ps::ServerConfig server_config_from_env();
+
+// Admission limits of an accepting process (scheduler, server) from PSRT_HANDSHAKE_TIMEOUT_MS
+// and PSRT_MAX_UNAUTHENTICATED[_PER_HOST]; both caps are raised to `job_processes` + 16 so that
+// a job whose processes all connect at once from one host is never refused.
+ps::Admission admission_from_env(std::size_t job_processes);
 
 // Runs one server until the job ends; returns the process exit status (0 = normal end).
 int run_server_from_env();

@@ -138,13 +138,17 @@ Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout) {
   return fd;
 }
 
-Fd accept_tcp(int listen_fd, std::string& peer) {
+Fd accept_tcp(int listen_fd, std::string& peer, int* error) {
   sockaddr_in sa{};
   socklen_t len = sizeof sa;
   int fd =
       ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+      return Fd();
+    }
+    if (error != nullptr) {
+      *error = errno;
       return Fd();
     }
     throw_system_error("accept4", errno);

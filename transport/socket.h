@@ -53,8 +53,9 @@ Fd listen_tcp(const std::string& address, std::string& bound);
 // Connects (bounded by `timeout`), returns a non-blocking connected socket with TCP_NODELAY.
 Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout);
 
-// Accepts one pending connection (non-blocking); returns an empty Fd on EAGAIN.
-Fd accept_tcp(int listen_fd, std::string& peer);
+// Accepts one pending connection (non-blocking); returns an empty Fd on EAGAIN. Other failures
+// throw psrt::Error, or, with `error`, return an empty Fd and set *error to errno.
+Fd accept_tcp(int listen_fd, std::string& peer, int* error = nullptr);
 
 // Applies the options every psrt stream gets: TCP_NODELAY, keepalive and TCP_USER_TIMEOUT
 // derived from `peer_timeout` so that a dead host is noticed within it.

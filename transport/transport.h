@@ -32,6 +32,9 @@ struct Options {
   std::chrono::milliseconds peer_timeout{10'000};
   // connect() gives up after this long.
   std::chrono::milliseconds connect_timeout{10'000};
+  // An accepted connection's bootstrap exchange (UCX: the worker-address hello) must finish
+  // within this; the PS handshake after it has its own deadline (ps::Admission).
+  std::chrono::milliseconds accept_timeout{10'000};
   // Frames announcing a larger payload are refused and their connection is closed.
   std::size_t max_payload_bytes = std::size_t{1} << 31;
   // The progress thread busy-polls this long after its last event before it sleeps.

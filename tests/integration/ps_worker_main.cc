@@ -23,6 +23,11 @@
 //                                                  each rank writes F.ready<rank> and waits for
 //                                                  F.go (an attack runs meanwhile), then checks
 //                                                  every round exactly and that no worker left
+//   ps_worker hold --stop-file F [--start-file G]  sum, lr 1: rounds of 1s, each checked
+//                                                  exactly, until F exists; joins only once G
+//                                                  exists (admission tests attack meanwhile)
+//   ps_worker quota                                PSRT_MAX_KEYS_PER_WORKER=3: the 4th key
+//                                                  is refused, naming the knob
 #include <cmath>
 #include <unistd.h>
 
@@ -49,6 +54,7 @@ struct Args {
   int kill_after = -1;
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
+  std::string start_file;
   float max_norm = 0.f;  // clip: > 0 sets the optimizer through the API
   std::string attack_case;  // invariants: which one
 };
@@ -70,6 +76,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--stop-file") a.stop_file = v;
     else if (k == "--case")
       a.attack_case = v;
+    else if (k == "--start-file") a.start_file = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
     else if (k == "--sizes") {
@@ -342,6 +349,43 @@ void schedule(psrt::Worker& w, const Args& a) {
   }
 }
 
+// Sum, lr 1, every gradient 1, a fixed set of N workers: after round t every weight is -t * N.
+// Runs until the stop file appears; the first round prints HOLDING.
+void hold(psrt::Worker& w, const Args& a) {
+  const std::size_t size = 4099;
+  std::vector<float> v(size, 0.f), g(size, 1.f), out(size);
+  w.init(0, v);
+  const int n = w.num_workers();
+  for (int t = 1; t <= 100'000; ++t) {
+    w.push_pull(0, g, out).wait();
+    for (std::size_t i = 0; i < size; ++i)
+      if (out[i] != static_cast<float>(-t * n))
+        fail("round " + std::to_string(t) + ": weight " + std::to_string(out[i]) + " at " +
+             std::to_string(i) + ", expected " + std::to_string(-t * n));
+    if (t == 1) {
+      std::printf("HOLDING rank %d\n", w.rank());
+      std::fflush(stdout);
+    }
+    if (std::filesystem::exists(a.stop_file)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Three keys are placed, the fourth is over PSRT_MAX_KEYS_PER_WORKER=3 and refused by name.
+void quota(psrt::Worker& w) {
+  std::vector<float> v(10, 0.f);
+  for (int k = 0; k < 3; ++k)
+    w.init(k, v);
+  try {
+    w.init(3, v);
+    fail("a 4th key was placed beyond PSRT_MAX_KEYS_PER_WORKER=3");
+  } catch (const psrt::Error& e) {
+    if (std::string(e.what()).find("PSRT_MAX_KEYS_PER_WORKER") == std::string::npos)
+      fail(std::string("the 4th key failed without naming the knob: ") + e.what());
+    std::printf("REFUSED %s\n", e.what());
+  }
+}
+
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.scenario == "stale" && std::string(std::getenv("PSRT_RANK")) == "0") {
@@ -352,6 +396,10 @@ int main(int argc, char** argv) {
     }
     std::printf("PASS stale rank 0\n");
     return 0;
+  }
+  for (int i = 0; !a.start_file.empty() && !std::filesystem::exists(a.start_file); ++i) {
+    if (i == 6000) fail("no start file " + a.start_file + " within 60 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (a.scenario == "attack" && std::string(std::getenv("PSRT_RANK")) == "0") {
     try {
@@ -401,6 +449,10 @@ int main(int argc, char** argv) {
         if (std::chrono::steady_clock::now() > deadline) fail("rank 0 did not finish in 40 s");
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
+    } else if (a.scenario == "hold") {
+      hold(w, a);
+    } else if (a.scenario == "quota") {
+      quota(w);
     } else {
       fail("unknown scenario " + a.scenario);
     }

@@ -78,6 +78,13 @@ int run(const Args& a) {
   sc.partition_bytes = a.partition_bytes;
   sc.checkpoint_dir = a.checkpoint_dir;
   sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
+  sc.max_keys_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
+  sc.max_slices_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
+  sc.max_control_per_sec =
+      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
   log::set_prefix("scheduler");
   runtime::Scheduler scheduler(sc);
 

@@ -182,7 +182,7 @@ void TcpConnection::on_events_on_loop(std::uint32_t events) {
 }
 
 void TcpConnection::fail_on_loop(ErrorCode code, std::string reason) {
-  PSRT_LOG_WARN("tcp: closing connection {} with {}: {}", id_, peer_, reason);
+  PSRT_LOG_WARN_LIMITED("tcp: closing connection {} with {}: {}", id_, peer_, reason);
   close_on_loop(Status(code, std::move(reason)));
 }
 

@@ -25,19 +25,13 @@ std::string TcpContext::listen(const std::string& address) {
 void TcpContext::accept_on_loop(int listen_fd) {
   for (int i = 0; i < 64; ++i) {
     std::string peer;
-    Fd fd;
-    try {
-      fd = accept_tcp(listen_fd, peer);
-    } catch (const Error& e) {
-      PSRT_LOG_WARN("tcp: accept failed: {}", e.what());
-      return;
-    }
+    Fd fd = listeners_.accept_on_loop(listen_fd, peer, "tcp");
     if (!fd) return;
     try {
       tune_stream(fd.get(), options_.peer_timeout);
       set_socket_buffers(fd.get(), kSocketBufferBytes);
     } catch (const Error& e) {
-      PSRT_LOG_WARN("tcp: dropping connection from {}: {}", peer, e.what());
+      PSRT_LOG_WARN_LIMITED("tcp: dropping connection from {}: {}", peer, e.what());
       continue;
     }
     auto conn = adopt_on_loop(std::move(fd), peer);

@@ -104,8 +104,8 @@ void UcxConnection::on_control_on_loop(std::uint32_t /*events*/) {
   ssize_t n = ::recv(control_.get(), &byte, 1, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n > 0) {
-    PSRT_LOG_WARN("ucx: closing connection {} with {}: unexpected bytes on the liveness socket",
-                  id_, peer_);
+    PSRT_LOG_WARN_LIMITED(
+        "ucx: closing connection {} with {}: unexpected bytes on the liveness socket", id_, peer_);
     return close_on_loop(Status(ErrorCode::kProtocol,
                                 "peer " + peer_ + " sent unexpected bytes on the liveness socket"),
                          false);
@@ -239,8 +239,8 @@ void UcxConnection::receive_on_loop(std::span<const std::byte> header, void* dat
   try {
     placement = rx.place(*this, header, length);
   } catch (const Error& e) {
-    PSRT_LOG_WARN("ucx: closing connection {} with {}: receiver refused the message: {}", id_,
-                  peer_, e.what());
+    PSRT_LOG_WARN_LIMITED("ucx: closing connection {} with {}: receiver refused the message: {}",
+                          id_, peer_, e.what());
     return close_on_loop(Status(e.code(), std::string("receiver refused the message: ") + e.what()),
                          false);
   } catch (...) {

@@ -130,8 +130,8 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
                                        std::size_t length, const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   if (header_length < kAmRouteBytes || header_length > kAmRouteBytes + kMaxHeaderBytes) {
-    PSRT_LOG_WARN("ucx: dropping an active message with a {}-byte header (expected {}..{})",
-                  header_length, kAmRouteBytes, kAmRouteBytes + kMaxHeaderBytes);
+    PSRT_LOG_WARN_LIMITED("ucx: dropping an active message with a {}-byte header (expected {}..{})",
+                          header_length, kAmRouteBytes, kAmRouteBytes + kMaxHeaderBytes);
     return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
   // The token binds the message to a connection: only the peer that received it in our
@@ -162,7 +162,7 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
     std::string why = "payload of " + std::to_string(length) +
                       " bytes exceeds the limit (Options::max_payload_bytes = " +
                       std::to_string(options_.max_payload_bytes) + ")";
-    PSRT_LOG_WARN("ucx: closing connection {} with {}: {}", id, conn->peer(), why);
+    PSRT_LOG_WARN_LIMITED("ucx: closing connection {} with {}: {}", id, conn->peer(), why);
     conn->close_on_loop(Status(ErrorCode::kProtocol, why), false);
     return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
   }
@@ -180,14 +180,13 @@ std::string UcxContext::listen(const std::string& address) {
 void UcxContext::accept_on_loop(int listen_fd) {
   for (int i = 0; i < 64; ++i) {
     std::string peer;
-    Fd fd;
+    Fd fd = listeners_.accept_on_loop(listen_fd, peer, "ucx");
+    if (!fd) return;
     try {
-      fd = accept_tcp(listen_fd, peer);
-      if (!fd) return;
       tune_stream(fd.get(), options_.peer_timeout);
     } catch (const Error& e) {
-      PSRT_LOG_WARN("ucx: accept failed: {}", e.what());
-      return;
+      PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", peer, e.what());
+      continue;
     }
     int raw = fd.get();
     PendingHello& h = hellos_[raw];
@@ -195,7 +194,7 @@ void UcxContext::accept_on_loop(int listen_fd) {
     h.peer = peer;
     h.need = kHelloFixedBytes;
     h.timer = loop_.add_timer_on_loop(
-        EventLoop::Clock::now() + options_.connect_timeout,
+        EventLoop::Clock::now() + options_.accept_timeout,
         [this, raw] { drop_hello_on_loop(raw, "no complete handshake in time"); });
     loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
                          [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
@@ -205,7 +204,7 @@ void UcxContext::accept_on_loop(int listen_fd) {
 void UcxContext::drop_hello_on_loop(int fd, const std::string& why) {
   auto it = hellos_.find(fd);
   if (it == hellos_.end()) return;
-  PSRT_LOG_WARN("ucx: dropping connection from {}: {}", it->second.peer, why);
+  PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", it->second.peer, why);
   loop_.cancel_timer_on_loop(it->second.timer);
   loop_.remove_fd_on_loop(fd);
   hellos_.erase(it);  // closes the socket
@@ -257,7 +256,7 @@ void UcxContext::read_hello_on_loop(int fd) {
     write_all(control.get(), bytes.data(), bytes.size(),
               std::chrono::steady_clock::now() + std::chrono::seconds(1));
   } catch (const Error& e) {
-    PSRT_LOG_WARN("ucx: dropping connection from {}: {}", peer, e.what());
+    PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", peer, e.what());
     conn->close_on_loop(Status(e.code(), e.what()), true);
     return;
   }
