@@ -17,9 +17,11 @@ std::string expect(Outcome o) {
   return ucx::fuzz::name_of(o);
 }
 
-Bytes hello_bytes(std::uint64_t conn_id, const std::string& boot_id, std::size_t address_len) {
+// The route token's bytes are a fixed pattern from `token_seed`, so the seeds are reproducible.
+Bytes hello_bytes(std::uint64_t token_seed, const std::string& boot_id, std::size_t address_len) {
   ucx::Hello h;
-  h.conn_id = conn_id;
+  for (std::size_t i = 0; i < h.route_token.size(); ++i)
+    h.route_token[i] = std::byte(static_cast<std::uint8_t>((token_seed >> (8 * (i % 8))) + i));
   h.boot_id = boot_id;
   for (std::size_t i = 0; i < address_len; ++i)
     h.worker_address.push_back(std::byte(static_cast<std::uint8_t>(i * 7 + 1)));

@@ -237,11 +237,12 @@ std::vector<std::byte> frame(const ps::Header& h, std::uint64_t payload, bool ga
   return out;
 }
 
-ps::Header hello_header() {
+// A client's HELLO; by default a worker that has no rank yet.
+ps::Header hello_header(ps::Identity who = {ps::Role::kWorker, ps::kAnyRank}) {
   ps::Header h;
   h.type = ps::MsgType::kHello;
-  h.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-  h.arg1 = ps::kAnyRank;
+  h.arg0 = static_cast<std::uint32_t>(who.role);
+  h.arg1 = who.rank;
   return h;
 }
 
@@ -460,7 +461,10 @@ TEST_P(Admission, AWrongProofEndsTheHandshake) {
   ASSERT_FALSE(held.job.wait_for("HOLDING").empty()) << held.job.output();
   auto rx = std::make_shared<RawPeer>();
   auto t = transport::create_transport(GetParam(), rx);
-  for (const auto& address : {held.scheduler, held.server}) {
+  // The proofs bind both ends' identities: the scheduler and server 0 (rank 0 each).
+  const std::pair<std::string, ps::Identity> acceptors[] = {
+      {held.scheduler, {ps::Role::kScheduler, 0}}, {held.server, {ps::Role::kServer, 0}}};
+  for (const auto& [address, acceptor] : acceptors) {
     SCOPED_TRACE(address);
     auto c = t->connect(address);
     ps::Nonce mine = ps::random_nonce();
@@ -475,7 +479,10 @@ TEST_P(Admission, AWrongProofEndsTheHandshake) {
     auth.type = ps::MsgType::kAuth;
     ps::Digest wrong{};
     send_message(*c, auth, wrong);
-    auto right = ps::prove(kSecret, "client", theirs, mine);
+    // Right for the scheduler; for the server a rankless worker is no member, so what matters
+    // there is only that nothing after the wrong proof is answered.
+    auto right =
+        ps::prove(kSecret, "client", {ps::Role::kWorker, ps::kAnyRank}, acceptor, theirs, mine);
     send_message(*c, auth, right);
     ASSERT_TRUE(rx->wait(
         c->id(), [](const RawPeer::Seen& s) { return s.closed; }, 5s));
@@ -550,10 +557,13 @@ bool read_frame(int fd, ps::Header& h, std::vector<std::byte>& payload) {
 }
 
 // A raw socket that completes the handshake with the job secret, as a worker.
-int raw_authenticated(const std::string& address) {
+// It claims to be server 7, which needs no membership credential: ps/permissions.h then refuses
+// every data message it sends, which is the refused payload the drain test needs.
+int raw_authenticated(const std::string& address, ps::Identity acceptor) {
+  const ps::Identity me{ps::Role::kServer, 7};
   int fd = raw_connect(address);
   ps::Nonce mine = ps::random_nonce();
-  auto hello = frame(hello_header(), mine.size());
+  auto hello = frame(hello_header(me), mine.size());
   send_all(fd, hello.data(), hello.size());
   send_all(fd, mine.data(), mine.size());
   ps::Header h;
@@ -563,7 +573,7 @@ int raw_authenticated(const std::string& address) {
   std::copy(body.begin(), body.end(), theirs.begin());
   ps::Header auth;
   auth.type = ps::MsgType::kAuth;
-  auto proof = ps::prove(kSecret, "client", theirs, mine);
+  auto proof = ps::prove(kSecret, "client", me, acceptor, theirs, mine);
   auto f = frame(auth, proof.size());
   send_all(fd, f.data(), f.size());
   send_all(fd, proof.data(), proof.size());
@@ -572,7 +582,8 @@ int raw_authenticated(const std::string& address) {
 }
 
 // After authentication a refused payload is drained through at most ps::kMaxDrainBytes: 20
-// holders of the secret announce 4 MiB PUSHes to a key the server does not have and stall;
+// holders of the secret announce 4 MiB PUSHes the server refuses (from a server, of an unknown
+// key) and stall;
 // they are disconnected and the server allocates nothing of the announced size (before, each
 // got a 4 MiB discard buffer, held until the payload came).
 TEST(AdmissionDrain, RefusedPayloadsAfterAuthenticationAreNotAllocated) {
@@ -584,7 +595,7 @@ TEST(AdmissionDrain, RefusedPayloadsAfterAuthenticationAreNotAllocated) {
   std::vector<int> fds;
   std::vector<std::byte> chunk(64 << 10, std::byte{0x3f});
   for (int i = 0; i < 20; ++i) {
-    int fd = raw_authenticated(held.server);
+    int fd = raw_authenticated(held.server, {ps::Role::kServer, 0});
     ps::Header push;
     push.type = ps::MsgType::kPush;
     push.dtype = ps::WireType::kF32;
