@@ -329,7 +329,13 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
                                              std::span<const std::byte> header, std::size_t size) {
   auto peer = find(conn.id());
   if (!peer) throw Error(ErrorCode::kInternal, "message from an unknown connection");
-  if (peer->closing_.load()) throw Error(ErrorCode::kConnectionClosed, "refused earlier");
+  if (peer->closing_.load()) {
+    // Refused earlier: its ERROR is on the way and the connection closes after the linger.
+    // Small payloads are drained and dropped meanwhile; a larger one closes it now.
+    if (size > (peer->authenticated() ? kMaxDrainBytes : kMaxPreAuthPayloadBytes))
+      throw Error(ErrorCode::kConnectionClosed, "refused earlier");
+    return {{drain_.data(), size}, 0};
+  }
   if (!peer->authenticated() && size > kMaxPreAuthPayloadBytes) {
     // Nothing is read or allocated for it: the transport closes the connection at once.
     peer->closing_.store(true);

@@ -16,6 +16,7 @@
 // the connection closes and nothing further on it is processed.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -209,6 +210,9 @@ class Endpoint final : public transport::Receiver {
   std::mutex mu_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Peer>> peers_;
   std::atomic<std::uint64_t> next_cookie_{1};
+  // Where payloads of a peer refused earlier land (never read): closing its connection at once
+  // could overtake the ERROR still on its way (UCX), so they are drained here until the linger.
+  std::array<std::byte, kMaxDrainBytes> drain_{};
   // Admission, guarded by mu_: addresses connect() is dialling (their on_connected is ours, not
   // an accepted peer), unauthenticated accepted connections by host, and their deadlines.
   std::unordered_map<std::string, int> dialling_;
