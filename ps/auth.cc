@@ -107,13 +107,17 @@ std::string read_secret_file(const std::string& path) {
   auto first = line.find_first_not_of(" \t\r");
   auto last = line.find_last_not_of(" \t\r");
   line = first == std::string::npos ? "" : line.substr(first, last - first + 1);
-  if (line.size() < 16)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("the secret in '{}' has {} characters; use at least 16 (e.g. `(umask 077; "
-                    "openssl rand -hex 32 > {})`)",
-                    path, line.size(), path));
+  check_secret_length(line, fmt::format("the secret file '{}'", path));
   return line;
+}
+
+void check_secret_length(std::string_view secret, std::string_view source) {
+  if (secret.size() >= kMinSecretChars) return;
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("the job secret from {} has {} characters; use at least {}, e.g. "
+                          "`openssl rand -hex 32` (psrun makes a random one when none is given): "
+                          "a short secret can be guessed offline from one observed handshake",
+                          source, secret.size(), kMinSecretChars));
 }
 
 }  // namespace psrt::ps

@@ -45,4 +45,11 @@ std::string generate_secret();
 // others (any of mode 077; the message says `chmod 600`) or holds fewer than 16 characters.
 std::string read_secret_file(const std::string& path);
 
+// A job secret has at least this many characters: one observed handshake (two nonces and a
+// proof) lets anyone test guesses offline, so a short secret is as good as none.
+inline constexpr std::size_t kMinSecretChars = 32;
+// Throws psrt::Error (kInvalidArgument) naming `source` (e.g. "PSRT_SECRET") when `secret` is
+// shorter than kMinSecretChars.
+void check_secret_length(std::string_view secret, std::string_view source);
+
 }  // namespace psrt::ps

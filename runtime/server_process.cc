@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "device/cuda_device.h"
+#include "ps/auth.h"
 #include "ps/requests.h"
 #include "runtime/env_contract.h"
 #include "transport/factory.h"
@@ -74,6 +75,7 @@ int run_server_from_env() {
   if (scheduler_addr.empty())
     throw Error(ErrorCode::kInvalidArgument, "PSRT_SCHEDULER is not set: servers run under psrun");
   const auto secret = env_string("PSRT_SECRET");
+  ps::check_secret_length(secret, "PSRT_SECRET");
   const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
 

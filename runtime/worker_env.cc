@@ -1,5 +1,6 @@
 // Worker::from_env: the worker side of the env contract.
 #include "psrt/psrt.h"
+#include "ps/auth.h"
 #include "runtime/env_contract.h"
 
 namespace psrt {
@@ -15,6 +16,7 @@ Worker Worker::from_env() {
   o.secret = env_string("PSRT_SECRET");
   if (o.secret.empty())
     throw Error(ErrorCode::kInvalidArgument, "PSRT_SECRET is not set: start this program with psrun");
+  ps::check_secret_length(o.secret, "PSRT_SECRET");
   o.rank = static_cast<int>(env_int("PSRT_RANK", -1, 1 << 20));
   o.op_timeout = env_ms("PSRT_OP_TIMEOUT_MS");
   o.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");

@@ -157,4 +157,20 @@ TEST(PsrunSecurity, ASecretFileOthersCanReadIsRefusedWithTheFix) {
   EXPECT_EQ(r.count("PASS exact"), 1) << r.out;
 }
 
+// A short job secret can be guessed offline from one observed handshake: psrun refuses one
+// shorter than 32 characters from PSRT_SECRET (as from a file), naming the variable and the fix;
+// the old minimum was 16, so a 16-character secret ran the job.
+TEST(PsrunSecurity, AShortSecretInTheEnvironmentIsRefusedWithTheFix) {
+  auto r = psrun("--transport tcp -n 1 --lr 1", "exact --rounds 1");  // random secret: control
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 1) << r.out;
+  ::setenv("PSRT_SECRET", "0123456789abcdef", 1);
+  r = psrun("--transport tcp -n 1 --lr 1", "exact --rounds 1");
+  ::unsetenv("PSRT_SECRET");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("the job secret from PSRT_SECRET has 16 characters; use at least 32"), 1)
+      << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 0) << r.out;
+}
+
 }  // namespace

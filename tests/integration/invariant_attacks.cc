@@ -204,6 +204,7 @@ void run_invariant_attack(const std::string& which) {
   auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
+  endpoint->set_credential(ps::credential_of(reply.header));  // proven to every server as rank 0
   ps::Header barrier;
   barrier.type = ps::MsgType::kBarrier;
   client.requests.call(*sched, barrier, {}, "BARRIER", 60s);  // the others have run init()

@@ -150,16 +150,21 @@ class SecretFile : public testing::Test {
 };
 
 TEST_F(SecretFile, TrimsWhitespaceAndReadsTheFirstLineOnly) {
-  EXPECT_EQ(read_secret_file(write(" \t0123456789abcdefXYZ \r\nsecond line\n")),
-            "0123456789abcdefXYZ");
-  EXPECT_EQ(read_secret_file(write("0123456789abcdef")), "0123456789abcdef");
-  EXPECT_EQ(read_secret_file(write("abcd efgh ijkl mnop\n")), "abcd efgh ijkl mnop")
+  EXPECT_EQ(read_secret_file(write(" \t0123456789abcdef0123456789abcdefXYZ \r\nsecond line\n")),
+            "0123456789abcdef0123456789abcdefXYZ");
+  EXPECT_EQ(read_secret_file(write("0123456789abcdef0123456789abcdef")),
+            "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(read_secret_file(write("abcd efgh ijkl mnop qrst uvwx yz01\n")),
+            "abcd efgh ijkl mnop qrst uvwx yz01")
       << "inner spaces are part of the secret";
 }
 
 TEST_F(SecretFile, RefusesShortSecrets) {
-  expect_refused(write("0123456789abcde\n"), "has 15 characters; use at least 16");
-  expect_refused(write("   0123456789abcde   \n0123456789abcdef0123"), "has 15 characters");
+  // 31 characters: one short of kMinSecretChars (16 was the old minimum).
+  expect_refused(write("0123456789abcdef0123456789abcde\n"), "has 31 characters; use at least 32");
+  expect_refused(write("0123456789abcdef\n"), "has 16 characters; use at least 32");
+  expect_refused(write("   0123456789abcdef0123456789abcde   \n0123456789abcdef0123456789abcdef"),
+                 "has 31 characters");
   expect_refused(write(""), "has 0 characters");
   expect_refused(write(" \t \r\n"), "has 0 characters");
 }

@@ -62,6 +62,7 @@ int run(const Args& a) {
     secret = ps::read_secret_file(a.secret_file);
   } else if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
     secret = s;
+    ps::check_secret_length(secret, "PSRT_SECRET");
   } else {
     secret = ps::generate_secret();
   }
