@@ -42,7 +42,7 @@ bool same_digest(std::span<const std::byte> a, const Digest& b);
 std::string generate_secret();
 // The secret from a file (first line, surrounding whitespace trimmed). Throws psrt::Error
 // naming the file when it cannot be read, is not a regular file, can be accessed by group or
-// others (any of mode 077; the message says `chmod 600`) or holds fewer than 16 characters.
+// others (any of mode 077; the message says `chmod 600`) or holds fewer than kMinSecretChars.
 std::string read_secret_file(const std::string& path);
 
 // A job secret has at least this many characters: one observed handshake (two nonces and a

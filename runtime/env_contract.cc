@@ -18,7 +18,7 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_NUM_SERVERS", "1", "all", "servers (S)"},
       {"PSRT_SCHEDULER", "", "server, worker", "host:port of the scheduler"},
       {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
-      {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication"},
+      {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication (at least 32 characters)"},
       {"PSRT_SECURE", "0", "all",
        "1 = secure mode (psrun --secure): every message sealed with AES-256-GCM under "
        "per-connection keys from PSRT_SECRET"},
