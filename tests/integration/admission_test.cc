@@ -35,6 +35,10 @@
 #include "transport/socket.h"
 #include "transport/tcp/frame.h"
 
+#define PSRT_SCRATCH_PREFIX "psrt_admission_test_"
+#include "tests/integration/job_runner.h"
+#include "tests/integration/raw_worker.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -44,13 +48,7 @@ using namespace psrt;
 
 const std::string kSecret = "admission-test-secret-0123456789";
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("psrt_admission_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto p = dir / name;
-  fs::remove_all(p);
-  return p;
-}
+using psrt::test::scratch;
 
 // Reads "Key:   123 kB" from /proc/<pid>/status, in KiB (-1 when missing).
 long status_kib(pid_t pid, const std::string& key) {
@@ -118,19 +116,8 @@ class Job {
     }
   }
   pid_t pid() const { return pid_; }
-  std::string output() const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  int count(const std::string& needle) const {
-    auto out = output();
-    int n = 0;
-    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1))
-      ++n;
-    return n;
-  }
+  std::string output() const { return psrt::test::slurp(log_); }
+  int count(const std::string& needle) const { return psrt::test::count(output(), needle); }
   // The first match of `re`'s group 1 in the output, within `timeout` ("" if none).
   std::string wait_for(const std::string& re, std::chrono::milliseconds timeout = 20s) const {
     std::regex r(re);
@@ -622,26 +609,22 @@ TEST(AdmissionDrain, RefusedPayloadsAfterAuthenticationAreNotAllocated) {
 }
 
 // An authenticated client handler for the quota test.
-class Client final : public ps::Handler {
+class Client final : public test::RequestsHandler {
  public:
-  transport::Placement place(ps::Peer&, const ps::Header& h, std::size_t size) override {
-    return {requests.dest(h.request_id, size), 0};
-  }
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
-                  const transport::Placement&) override {
+                  const transport::Placement& p) override {
     if (h.type == ps::MsgType::kError && h.request_id == 0) {
       std::lock_guard lock(mu);
       unsolicited = std::string(reinterpret_cast<const char*>(payload.data()), payload.size());
     }
-    requests.complete(peer, h, payload);
+    RequestsHandler::on_message(peer, h, payload, p);
   }
   void on_peer_closed(ps::Peer& peer, const Status& why) override {
-    requests.fail_peer(peer, why);
+    RequestsHandler::on_peer_closed(peer, why);
     std::lock_guard lock(mu);
     closed = true;
     cv.notify_all();
   }
-  ps::Requests requests;
   std::mutex mu;
   std::condition_variable cv;
   bool closed = false;
@@ -660,10 +643,9 @@ TEST(AdmissionQuota, LocateNeedsMembershipAndQuotasNameTheirKnobs) {
   HeldJob held("tcp", {{"PSRT_MAX_CONTROL_PER_SEC", "200"}});
   ASSERT_FALSE(held.job.wait_for("HOLDING").empty()) << held.job.output();
   Client client;
-  auto endpoint = std::make_shared<ps::Endpoint>(kSecret, ps::Role::kWorker, ps::Limits{});
-  endpoint->set_handler(&client);
-  auto t = transport::create_transport("tcp", endpoint);
-  auto sched = endpoint->connect(*t, held.scheduler, ps::kAnyRank, ps::Role::kScheduler, 0, 10s);
+  auto raw = test::connect_raw_worker("tcp", kSecret, client, held.scheduler, ps::kAnyRank);
+  auto& t = raw.transport;
+  auto& sched = raw.scheduler;
   ps::Header locate;
   locate.type = ps::MsgType::kLocate;
   locate.key = 77;

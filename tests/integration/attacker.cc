@@ -19,6 +19,7 @@
 #include "ps/endpoint.h"
 #include "psrt/psrt.h"
 #include "ps/requests.h"
+#include "tests/integration/raw_worker.h"
 #include "transport/factory.h"
 
 namespace psrt::test {
@@ -63,17 +64,10 @@ class Raw final : public transport::Receiver {
 };
 
 // An authenticated worker-side handler: replies go to Requests, closes are recorded.
-class Client final : public ps::Handler {
+class Client final : public RequestsHandler {
  public:
-  transport::Placement place(ps::Peer&, const ps::Header& h, std::size_t size) override {
-    return {requests.dest(h.request_id, size), 0};
-  }
-  void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
-                  const transport::Placement&) override {
-    requests.complete(peer, h, payload);
-  }
   void on_peer_closed(ps::Peer& peer, const Status& why) override {
-    requests.fail_peer(peer, why);
+    RequestsHandler::on_peer_closed(peer, why);
     std::lock_guard lock(mu);
     closed.insert(peer.id());
     cv.notify_all();
@@ -82,23 +76,13 @@ class Client final : public ps::Handler {
     std::unique_lock lock(mu);
     return cv.wait_for(lock, 10s, [&] { return closed.count(id) > 0; });
   }
-  ps::Requests requests;
   std::mutex mu;
   std::condition_variable cv;
   std::set<std::uint64_t> closed;
 };
 
 void expect(bool ok, const std::string& what) {
-  if (ok) {
-    std::printf("OK %s\n", what.c_str());
-    return;
-  }
-  std::fprintf(stderr, "FAIL attack: %s\n", what.c_str());
-  std::exit(1);
-}
-
-bool has(const std::string& text, std::string_view needle) {
-  return text.find(needle) != std::string::npos;
+  expect_or_exit(ok, what, "attack");
 }
 
 // Sends `header` on a fresh unauthenticated connection; returns the ERROR text once closed.
@@ -116,21 +100,12 @@ std::string raw_exchange(const std::string& backend, const std::string& address,
 }  // namespace
 
 void run_attacks() {
-  const std::string backend = std::getenv("PSRT_TRANSPORT");
-  const std::string secret = std::getenv("PSRT_SECRET");
-  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+  const auto [backend, secret, scheduler_addr] = job_env();
 
   Client client;
-  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
-  endpoint->set_handler(&client);
-  auto t = transport::create_transport(backend, endpoint);
-  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
-  ps::Header reg;
-  reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-  reg.arg1 = 0;
-  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
-  endpoint->set_credential(ps::credential_of(reply.header));  // rank 0's, proven to servers
+  auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
+  auto& [endpoint, t, sched] = raw;
+  auto reply = register_raw_worker(raw, client.requests);  // rank 0's credential, proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
   ps::Header barrier;
@@ -312,23 +287,14 @@ void run_attacks() {
 }
 
 void run_stale_rank(const std::string& sync) {
-  const std::string backend = std::getenv("PSRT_TRANSPORT");
-  const std::string secret = std::getenv("PSRT_SECRET");
-  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+  const auto [backend, secret, scheduler_addr] = job_env();
   Client client;
-  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
-  endpoint->set_handler(&client);
-  auto t = transport::create_transport(backend, endpoint);
-  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
-  ps::Header reg;
-  reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-  reg.arg1 = 0;
-  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
+  auto& [endpoint, t, sched] = raw;
+  auto reply = register_raw_worker(raw, client.requests);  // and its credential
   expect(reply.header.arg0 == 0, "registered as rank 0");
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && servers.size() == 1, "one server");
-  endpoint->set_credential(ps::credential_of(reply.header));
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!std::filesystem::exists(sync + ".inited")) {
     expect(std::chrono::steady_clock::now() < deadline, "rank 1 initialised key 0 within 30 s");

@@ -14,52 +14,18 @@
 #include <string>
 #include <vector>
 
+#define PSRT_SCRATCH_PREFIX "psrt_ckpt_job_test_"
+#include "tests/integration/job_runner.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int rc = -1;
-  std::string out;
-  int count(const std::string& needle) const {
-    int n = 0;
-    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1))
-      ++n;
-    return n;
-  }
-};
-
-fs::path scratch_root() {
-  return fs::temp_directory_path() / ("psrt_ckpt_job_test_" + std::to_string(::getpid()));
-}
-
-// Removes this process's scratch directory after the last test.
-struct RemoveScratch : testing::Environment {
-  void TearDown() override { fs::remove_all(scratch_root()); }
-};
-[[maybe_unused]] testing::Environment* const remove_scratch =
-    testing::AddGlobalTestEnvironment(new RemoveScratch);
-
-fs::path scratch(const std::string& name) {
-  auto dir = scratch_root();
-  fs::create_directories(dir);
-  auto p = dir / name;
-  fs::remove_all(p);
-  return p;
-}
+using psrt::test::Run;
+using psrt::test::scratch;
 
 Run psrun(const std::string& args, const std::string& worker_args) {
-  auto log = scratch("out.txt");
-  std::string cmd = std::string(PSRUN_PATH) + " " + args + " -- " PS_WORKER_PATH " " + worker_args +
-                    " > " + log.string() + " 2>&1";
-  int status = std::system(cmd.c_str());
-  Run r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.out = ss.str();
-  return r;
+  return psrt::test::run_psrun("", args, PS_WORKER_PATH " " + worker_args);
 }
 
 std::string job_args(const fs::path& dir) {

@@ -12,37 +12,19 @@
 #include <string>
 
 #include "device/cuda_device.h"
+#define PSRT_SCRATCH_PREFIX "psrt_gpu_job_test_"
 #include "tests/gpu_skip.h"
+#include "tests/integration/job_runner.h"
 #include "transport/factory.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int rc = -1;
-  std::string out;
-  int count(const std::string& needle) const {
-    int n = 0;
-    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1)) ++n;
-    return n;
-  }
-};
+using psrt::test::Run;
 
 Run psrun(const std::string& args, const std::string& worker, const std::string& env = "") {
-  const auto log = fs::temp_directory_path() /
-                   ("psrt_gpu_job_test_" + std::to_string(::getpid()) + ".txt");
-  const std::string cmd = env + " " + std::string(PSRUN_PATH) + " " + args + " -- " + worker + " > " +
-                          log.string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.out = ss.str();
-  fs::remove(log);
-  return r;
+  return psrt::test::run_psrun(env, args, worker);
 }
 
 class GpuJob : public ::testing::TestWithParam<std::string> {};

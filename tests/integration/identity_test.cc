@@ -36,6 +36,8 @@
 #include "ps/permissions.h"
 #include "ps/requests.h"
 #include "runtime/scheduler.h"
+#define PSRT_SCRATCH_PREFIX "psrt_identity_test_"
+#include "tests/integration/job_runner.h"
 #include "transport/factory.h"
 
 namespace {
@@ -43,63 +45,11 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("psrt_identity_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto p = dir / name;
-  fs::remove_all(p);
-  return p;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1))
-    ++n;
-  return n;
-}
-
+using psrt::test::count;
+using psrt::test::scratch;
+using psrt::test::slurp;
 // `sh -c CMD` in its own process group, so that the whole job can be killed on a failure.
-class Background {
- public:
-  explicit Background(const std::string& cmd) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~Background() {
-    if (pid_ > 0 && rc_ < 0) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The exit code, or -1 (and the job killed) when it did not end within `limit`.
-  int wait(std::chrono::seconds limit) {
-    const auto end = Clock::now() + limit;
-    while (Clock::now() < end) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        rc_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return rc_;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int rc_ = -1;
-};
+using Background = psrt::test::ProcessGroup;
 
 // Waits up to 20 s for `pred`.
 template <class F>

@@ -28,6 +28,7 @@
 
 #include "ps/endpoint.h"
 #include "ps/requests.h"
+#include "tests/integration/raw_worker.h"
 #include "transport/factory.h"
 #include "transport/socket.h"
 #include "transport/tcp/frame.h"
@@ -38,32 +39,11 @@ namespace {
 using namespace std::chrono_literals;
 
 void expect(bool ok, const std::string& what) {
-  if (ok) {
-    std::printf("OK %s\n", what.c_str());
-    std::fflush(stdout);
-    return;
-  }
-  std::fprintf(stderr, "FAIL invariant attack: %s\n", what.c_str());
-  std::exit(1);
-}
-
-bool has(const std::string& text, const char* needle) {
-  return text.find(needle) != std::string::npos;
+  expect_or_exit(ok, what, "invariant attack", /*flush=*/true);
 }
 
 // An authenticated worker-side handler: replies go to Requests.
-class Client final : public ps::Handler {
- public:
-  transport::Placement place(ps::Peer&, const ps::Header& h, std::size_t size) override {
-    return {requests.dest(h.request_id, size), 0};
-  }
-  void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
-                  const transport::Placement&) override {
-    requests.complete(peer, h, payload);
-  }
-  void on_peer_closed(ps::Peer& peer, const Status& why) override { requests.fail_peer(peer, why); }
-  ps::Requests requests;
-};
+using Client = RequestsHandler;
 
 // Sends `h` with `payload` (its dtype kept) and waits (bounded) for the answer: ok for a reply,
 // the error for an ERROR or a closed connection.
@@ -188,23 +168,14 @@ ps::Header data_header(ps::MsgType type, ps::WireType dtype, std::uint64_t key,
 }  // namespace
 
 void run_invariant_attack(const std::string& which) {
-  const std::string backend = std::getenv("PSRT_TRANSPORT");
-  const std::string secret = std::getenv("PSRT_SECRET");
-  const std::string scheduler_addr = std::getenv("PSRT_SCHEDULER");
+  const auto [backend, secret, scheduler_addr] = job_env();
 
   Client client;
-  auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
-  endpoint->set_handler(&client);
-  auto t = transport::create_transport(backend, endpoint);
-  auto sched = endpoint->connect(*t, scheduler_addr, 0, ps::Role::kScheduler, 0, 10s);
-  ps::Header reg;
-  reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-  reg.arg1 = 0;
-  auto reply = client.requests.call(*sched, reg, {}, "REGISTER", 60s);
+  auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
+  auto& [endpoint, t, sched] = raw;
+  auto reply = register_raw_worker(raw, client.requests);  // credential proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");
-  endpoint->set_credential(ps::credential_of(reply.header));  // proven to every server as rank 0
   ps::Header barrier;
   barrier.type = ps::MsgType::kBarrier;
   client.requests.call(*sched, barrier, {}, "BARRIER", 60s);  // the others have run init()

@@ -20,10 +20,12 @@
 #include <thread>
 #include <vector>
 
+#define PSRT_SCRATCH_PREFIX "psrt_invariants_test_"
 #include "ps/endpoint.h"
 #include "ps/requests.h"
 #include "ps/shard_map.h"
 #include "runtime/scheduler.h"
+#include "tests/integration/job_runner.h"
 #include "transport/event_loop.h"
 #include "transport/factory.h"
 
@@ -38,61 +40,16 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kSecret = "invariants-test-secret-0123456789";
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("psrt_invariants_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto p = dir / name;
-  fs::remove_all(p);
-  return p;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1))
-    ++n;
-  return n;
-}
-
-struct Run {
-  int rc = -1;
-  std::string out;
-};
+using test::count;
+using test::Run;
+using test::scratch;
+using test::slurp;
 
 // `sh -c "PREFIX psrun ARGS -- ps_worker WORKER_ARGS"`, output captured; bounded by `timeout`
 // (the whole process group is killed past it).
 Run psrun(const std::string& prefix, const std::string& args, const std::string& worker_args,
           std::chrono::seconds timeout = 60s) {
-  auto log = scratch("out.txt");
-  std::string cmd = prefix + " exec " PSRUN_PATH " " + args + " -- " PS_WORKER_PATH " " +
-                    worker_args + " > " + log.string() + " 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  const auto deadline = Clock::now() + timeout;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      ADD_FAILURE() << "psrun did not end within " << timeout.count() << " s";
-      break;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  Run r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(log);
-  return r;
+  return test::run_psrun_bounded(prefix, args, PS_WORKER_PATH " " + worker_args, timeout);
 }
 
 const std::string kAttackJob = "--transport tcp -n 3 --aggregate sum --lr 1";
@@ -325,68 +282,21 @@ INSTANTIATE_TEST_SUITE_P(Backends, DeadConnection,
 // --- Faults: memory limits, a killed or paused psrun (4, 7) ---
 
 // A psrun started in the background, output to a file.
-class Background {
+class Background : public test::ProcessGroup {
  public:
   Background(const std::vector<std::pair<std::string, std::string>>& env, const std::string& args,
              const std::string& worker_args)
-      : log_(scratch("bg.txt")) {
-    std::string cmd;
-    for (const auto& [k, v] : env)
-      cmd += k + "=" + v + " ";
-    cmd += "exec " PSRUN_PATH " " + args + " -- " PS_WORKER_PATH " " + worker_args + " > " +
-           log_.string() + " 2>&1";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~Background() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(-pid_, SIGKILL);
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    for (pid_t c : children_)
-      ::kill(c, SIGKILL);
-  }
-  pid_t pid() const { return pid_; }
-  // psrun's children once there are `n` of them (empty on timeout).
-  std::vector<pid_t> wait_children(std::size_t n, std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      std::istringstream in(
-          slurp("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children"));
-      std::vector<pid_t> pids;
-      for (pid_t p; in >> p;)
-        pids.push_back(p);
-      if (pids.size() >= n) {
-        children_ = pids;
-        return pids;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return {};
-  }
-  // The exit code (128 + signal when killed), or -1 past `timeout`.
-  int wait(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() > deadline) return -1;
-      std::this_thread::sleep_for(10ms);
-    }
-    reaped_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string out() const { return slurp(log_); }
+      : ProcessGroup(
+            test::psrun_command(assignments(env) + "exec", args, PS_WORKER_PATH " " + worker_args),
+            scratch("bg.txt")) {}
 
  private:
-  fs::path log_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  std::vector<pid_t> children_;
+  static std::string assignments(const std::vector<std::pair<std::string, std::string>>& env) {
+    std::string s;
+    for (const auto& [k, v] : env)
+      s += k + "=" + v + " ";
+    return s;
+  }
 };
 
 // Gone: no such process, or a zombie that only waits for its new parent to reap it.

@@ -16,46 +16,20 @@
 #include <string>
 #include <utility>
 
+#define PSRT_SCRATCH_PREFIX "psrt_job_test_"
+#include "tests/integration/job_runner.h"
 #include "transport/factory.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
-  int rc = -1;
-  std::string out;
-  double seconds = 0;
-  int count(const std::string& needle) const {
-    int n = 0;
-    for (auto p = out.find(needle); p != std::string::npos; p = out.find(needle, p + 1)) ++n;
-    return n;
-  }
-};
-
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("psrt_job_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto p = dir / name;
-  fs::remove_all(p);
-  return p;
-}
+using psrt::test::Run;
+using psrt::test::scratch;
 
 // Runs `psrun ARGS -- ps_worker WORKER_ARGS` with extra environment, output captured.
 Run psrun(const std::string& env, const std::string& args, const std::string& worker_args) {
-  auto log = scratch("out.txt");
-  std::string cmd = env + " " PSRUN_PATH " " + args + " -- " PS_WORKER_PATH " " + worker_args +
-                    " > " + log.string() + " 2>&1";
-  auto start = std::chrono::steady_clock::now();
-  int status = std::system(cmd.c_str());
-  Run r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.out = ss.str();
-  return r;
+  return psrt::test::run_psrun(env, args, PS_WORKER_PATH " " + worker_args);
 }
 
 std::vector<nlohmann::json> read_trace(const fs::path& p) {
