@@ -1,8 +1,8 @@
-// CUDA IPC (path b of DESIGN decision 3): a worker and a CUDA server on one host share device
-// memory directly. The worker describes a buffer as (handle of its whole allocation, offset of
-// the buffer in it) plus an interprocess event recorded after the work that wrote it; the server
-// opens the handle once (opening costs milliseconds; the importer caches it), waits for the
-// event on its own stream and reads or writes the bytes in place.
+// CUDA IPC (path b of docs/ARCHITECTURE.md, "The three GPU paths"): a worker and a CUDA server
+// on one host share device memory directly. The worker describes a buffer as (handle of its
+// whole allocation, offset of the buffer in it) plus an interprocess event recorded after the
+// work that wrote it; the server opens the handle once (opening costs milliseconds; the importer
+// caches it), waits for the event on its own stream and reads or writes the bytes in place.
 //
 // Why the allocation and not the pointer: cudaIpcGetMemHandle describes a whole cudaMalloc
 // allocation, and caching allocators (LibTorch's, pools) hand out pieces of large ones, so the

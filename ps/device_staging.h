@@ -1,8 +1,8 @@
-// Path (c) of DESIGN decision 3 on the worker: device memory that the transport cannot carry
-// goes through pinned host buffers. A push copies each slice device -> pinned on a psrt stream
-// and sends it as soon as that slice's copy is done (later slices keep copying meanwhile); a
-// pull's reply lands in a pinned buffer and is copied into the caller's device memory before the
-// operation completes.
+// Path (c) of docs/ARCHITECTURE.md, "The three GPU paths", on the worker: device memory that the
+// transport cannot carry goes through pinned host buffers. A push copies each slice device ->
+// pinned on a psrt stream and sends it as soon as that slice's copy is done (later slices keep
+// copying meanwhile); a pull's reply lands in a pinned buffer and is copied into the caller's
+// device memory before the operation completes.
 //
 //   auto pinned = staging.take(bytes);
 //   staging.copy_then(pinned->data(), device_ptr, bytes, [=](const Status& s) { send(pinned); });

@@ -1,5 +1,6 @@
-// The worker's device-memory paths (DESIGN decision 3): which one a CUDA buffer takes to a
-// server, the staging it needs, and the public calls that take memory-typed views.
+// The worker's device-memory paths (docs/ARCHITECTURE.md, "The three GPU paths"): which one a
+// CUDA buffer takes to a server, the staging it needs, and the public calls that take
+// memory-typed views.
 #include <fmt/core.h>
 
 #include "base/host.h"

@@ -70,8 +70,8 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
-  // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (DESIGN
-  // decision 3), decided at the first use and logged once.
+  // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (path a, b or
+  // c of docs/ARCHITECTURE.md, "The three GPU paths"), decided at the first use and logged once.
   enum class DevicePath : std::uint8_t { kUnknown, kDirect, kIpc, kStaged };
   // `device`: the CUDA device of the buffer at hand (for the IPC probe).
   DevicePath device_path(std::uint32_t server, int device);

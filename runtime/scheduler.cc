@@ -414,8 +414,9 @@ void Scheduler::check_barrier_locked() {
 
 void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
   // A worker that vanished without unregistering took gradients of unfinished rounds with it;
-  // going on would silently train on a different problem. The job stops, naming it (DESIGN
-  // decision 9); workers that want to leave early call shutdown(), which unregisters.
+  // going on would silently train on a different problem. The job stops, naming it
+  // (docs/ARCHITECTURE.md, "Failures stop the job"); workers that want to leave early call
+  // shutdown(), which unregisters.
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
   auto msg = fmt::format("{} lost: {}; stopping the job (a worker that leaves on purpose must "
