@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-sanitize fuzz demo clean
+.PHONY: all deps configure build test test-sanitize fuzz demo check-layers clean
 
 all: build
 
@@ -55,6 +55,10 @@ fuzz: deps
 
 demo: build
 	@scripts/demo.sh $(BUILD)/bin
+
+# Every #include against the layers (README, Layout); CI runs it before the tests.
+check-layers:
+	@scripts/check_layers.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz
