@@ -44,10 +44,10 @@ inline ErrorCode cuda_error_code(cudaError_t err) noexcept {
 
 }  // namespace psrt::device::detail
 
-#define PSRT_CUDA_CHECK(call)                                                                     \
-  do {                                                                                            \
-    const cudaError_t psrt_cuda_check_err_ = (call);                                              \
-    if (psrt_cuda_check_err_ != cudaSuccess) {                                                    \
+#define PSRT_CUDA_CHECK(call)                                                                    \
+  do {                                                                                           \
+    const cudaError_t psrt_cuda_check_err_ = (call);                                             \
+    if (psrt_cuda_check_err_ != cudaSuccess) {                                                   \
       ::psrt::device::detail::throw_cuda_error(psrt_cuda_check_err_, #call, __FILE__, __LINE__); \
-    }                                                                                             \
+    }                                                                                            \
   } while (0)

@@ -1,11 +1,11 @@
 #include "ps/protocol_device.h"
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
-
-#include <fmt/core.h>
 
 #include "transport/wire.h"
 
@@ -47,8 +47,8 @@ Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
     r.allocation_bytes = load<std::uint64_t>(p + 72);
     std::memcpy(r.event.data(), p + 80, device::kIpcHandleBytes);
     if (r.offset >= r.allocation_bytes)
-      return bad(fmt::format("CUDA IPC record at offset {} of an allocation of {} bytes",
-                             r.offset, r.allocation_bytes));
+      return bad(fmt::format("CUDA IPC record at offset {} of an allocation of {} bytes", r.offset,
+                             r.allocation_bytes));
     p += kIpcRecordBytes;
   }
   out = std::move(records);
