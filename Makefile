@@ -2,8 +2,12 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The CMake build runs make inside make inside make: without this every one of them prints
+# "Entering directory"/"Leaving directory", thousands of lines around the compiler's and the
+# tests' output. Errors and warnings still print, and ctest keeps --output-on-failure.
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test test-sanitize fuzz demo clean
+.PHONY: all deps configure build test test-sanitize fuzz demo check-layers clean
 
 all: build
 
@@ -16,8 +20,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
+# --progress: on a terminal, one updating line instead of two per test; failures and the summary
+# still print (and everything does when the output is not a terminal, as in CI).
 test: build
-	@ctest --test-dir $(BUILD) --output-on-failure --timeout 300
+	@ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer. sanitize_tests (tests/CMakeLists.txt) builds every test program
@@ -53,8 +59,15 @@ fuzz: deps
 	  tail -n 1 $$out/log; \
 	done
 
-demo: build
+# Only what the demo runs (psrun, pstrain, psbench: the demo_programs target, tools/), not the
+# test suite.
+demo: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target demo_programs
 	@scripts/demo.sh $(BUILD)/bin
+
+# Every #include against the layers (README, Layout); CI runs it before the tests.
+check-layers:
+	@scripts/check_layers.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz

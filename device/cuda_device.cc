@@ -10,8 +10,8 @@
 #if PSRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "device/cuda_check.h"
 #include "device/driver.h"
-#include "kernels/cuda_check.h"
 #endif
 
 namespace psrt::device {

@@ -15,7 +15,7 @@
 #include <cuda.h>  // types of the driver entry point only; libcuda is reached through the runtime
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda_check.h"
+#include "device/cuda_check.h"
 #endif
 
 namespace psrt::device {

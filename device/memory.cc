@@ -13,8 +13,8 @@
 #include <cuda.h>  // driver types for the entry points of device/driver.h only
 #include <cuda_runtime_api.h>
 
+#include "device/cuda_check.h"
 #include "device/driver.h"
-#include "kernels/cuda_check.h"
 #endif
 
 namespace psrt::device {

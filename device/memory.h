@@ -9,7 +9,7 @@
 //   device::Event done = device::Event::record(copies);
 //   done.synchronize();
 //
-// Every failing CUDA call throws psrt::Error naming the call (kernels/cuda_check.h). Destructors
+// Every failing CUDA call throws psrt::Error naming the call (device/cuda_check.h). Destructors
 // never throw: a failing free is logged.
 #pragma once
 

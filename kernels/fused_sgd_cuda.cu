@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda_check.h"
 #include "device/memory.h"
-#include "kernels/cuda_check.h"
 #include "kernels/fused_sgd.h"
 #include "kernels/fused_sgd_cuda_launch.h"
 #include "kernels/fused_sgd_device.cuh"

@@ -1,7 +1,6 @@
 #include "ps/protocol.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include <fmt/core.h>
@@ -165,25 +164,6 @@ ErrorCode error_code_of(const Header& h) noexcept {
   return h.arg0 != 0 && h.arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
              ? static_cast<ErrorCode>(h.arg0)
              : ErrorCode::kProtocol;
-}
-
-kernels::DType to_dtype(WireType t) {
-  switch (t) {
-    case WireType::kF32: return kernels::DType::kF32;
-    case WireType::kF16: return kernels::DType::kF16;
-    case WireType::kBF16: return kernels::DType::kBF16;
-    case WireType::kBytes: break;
-  }
-  throw Error(ErrorCode::kInternal, "to_dtype of a byte payload");
-}
-
-WireType to_wire(kernels::DType t) noexcept {
-  switch (t) {
-    case kernels::DType::kF32: return WireType::kF32;
-    case kernels::DType::kF16: return WireType::kF16;
-    case kernels::DType::kBF16: return WireType::kBF16;
-  }
-  return WireType::kBytes;
 }
 
 HeaderBytes encode(const Header& h) {
@@ -387,85 +367,6 @@ Credential credential_of(const Header& h) {
   store<std::uint64_t>(c.data(), h.key);
   store<std::uint64_t>(c.data() + 8, h.offset);
   return c;
-}
-
-std::vector<std::byte> encode_ipc(std::span<const device::IpcRecord> records) {
-  std::vector<std::byte> out(records.size() * kIpcRecordBytes);
-  std::byte* p = out.data();
-  for (const auto& r : records) {
-    std::memcpy(p, r.memory.data(), device::kIpcHandleBytes);
-    store<std::uint64_t>(p + 64, r.offset);
-    store<std::uint64_t>(p + 72, r.allocation_bytes);
-    std::memcpy(p + 80, r.event.data(), device::kIpcHandleBytes);
-    p += kIpcRecordBytes;
-  }
-  return out;
-}
-
-Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
-                  std::vector<device::IpcRecord>& out) {
-  if (bytes.size() != count * kIpcRecordBytes)
-    return bad(fmt::format("{} bytes of CUDA IPC records, expected {} records of {} bytes",
-                           bytes.size(), count, kIpcRecordBytes));
-  std::vector<device::IpcRecord> records(count);
-  const std::byte* p = bytes.data();
-  for (auto& r : records) {
-    std::memcpy(r.memory.data(), p, device::kIpcHandleBytes);
-    r.offset = load<std::uint64_t>(p + 64);
-    r.allocation_bytes = load<std::uint64_t>(p + 72);
-    std::memcpy(r.event.data(), p + 80, device::kIpcHandleBytes);
-    if (r.offset >= r.allocation_bytes)
-      return bad(fmt::format("CUDA IPC record at offset {} of an allocation of {} bytes",
-                             r.offset, r.allocation_bytes));
-    p += kIpcRecordBytes;
-  }
-  out = std::move(records);
-  return {};
-}
-
-std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c) {
-  std::vector<std::byte> out(kOptimizerRecordBytes);
-  store<std::uint32_t>(&out[0], std::bit_cast<std::uint32_t>(c.lr));
-  store<std::uint32_t>(&out[4], std::bit_cast<std::uint32_t>(c.momentum));
-  store<std::uint32_t>(&out[8], std::bit_cast<std::uint32_t>(c.dampening));
-  store<std::uint32_t>(&out[12], std::bit_cast<std::uint32_t>(c.weight_decay));
-  store<std::uint32_t>(&out[16], (c.nesterov ? kOptimizerNesterov : 0u) |
-                                     (c.skip_nonfinite ? kOptimizerSkipNonfinite : 0u));
-  store<std::uint32_t>(&out[20], std::bit_cast<std::uint32_t>(c.max_grad_norm));
-  return out;
-}
-
-Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out) {
-  if (bytes.size() != kOptimizerRecordBytes)
-    return bad(fmt::format("optimizer record of {} bytes", bytes.size()));
-  kernels::SgdConfig c;
-  c.lr = std::bit_cast<float>(load<std::uint32_t>(&bytes[0]));
-  c.momentum = std::bit_cast<float>(load<std::uint32_t>(&bytes[4]));
-  c.dampening = std::bit_cast<float>(load<std::uint32_t>(&bytes[8]));
-  c.weight_decay = std::bit_cast<float>(load<std::uint32_t>(&bytes[12]));
-  const auto flags = load<std::uint32_t>(&bytes[16]);
-  c.max_grad_norm = std::bit_cast<float>(load<std::uint32_t>(&bytes[20]));
-  if ((flags & ~(kOptimizerNesterov | kOptimizerSkipNonfinite)) != 0)
-    return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("optimizer flags {:#x} hold unknown bits (known: nesterov {:#x}, "
-                              "skip_nonfinite {:#x})",
-                              flags, kOptimizerNesterov, kOptimizerSkipNonfinite));
-  // Same bounds torch.optim.SGD (and clip_grad_norm_) enforce, plus finiteness.
-  auto finite_nonneg = [](float x) { return x >= 0.f && x <= 3.4e38f; };
-  if (!finite_nonneg(c.lr) || !finite_nonneg(c.momentum) || !finite_nonneg(c.weight_decay) ||
-      !(c.dampening >= 0.f && c.dampening <= 1.f) || !finite_nonneg(c.max_grad_norm))
-    return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("optimizer lr={} momentum={} dampening={} weight_decay={} "
-                              "max_grad_norm={}: values must be finite and >= 0 (dampening in "
-                              "[0, 1])",
-                              c.lr, c.momentum, c.dampening, c.weight_decay, c.max_grad_norm));
-  c.nesterov = (flags & kOptimizerNesterov) != 0;
-  c.skip_nonfinite = (flags & kOptimizerSkipNonfinite) != 0;
-  if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
-    return Status(ErrorCode::kInvalidArgument,
-                  "Nesterov momentum requires a momentum > 0 and zero dampening");
-  out = c;
-  return {};
 }
 
 std::vector<std::byte> encode_lines(std::span<const std::string> lines) {

@@ -7,6 +7,12 @@
 //    8: u64 request_id       16: u64 key        24: u64 offset   32: u64 count
 //   40: u64 total            48: u64 round      56: u32 arg0     60: u32 arg1
 // Every field is range-checked by decode() before anything else reads it.
+//
+// This header is the wire format only: it includes the standard library and psrt/error.h and
+// nothing of the layers below ps/. The codecs whose C++ types belong to a lower layer live in a
+// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType,
+// kernels::SgdConfig) and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
+// here, since decode() checks payload sizes against them.
 #pragma once
 
 #include <array>
@@ -17,8 +23,6 @@
 #include <string_view>
 #include <vector>
 
-#include "device/ipc.h"
-#include "kernels/fused_sgd.h"
 #include "psrt/error.h"
 
 namespace psrt::ps {
@@ -125,8 +129,7 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
 std::size_t wire_size(WireType t) noexcept;
 // The ErrorCode an ERROR message carries in arg0; kProtocol for a value no ErrorCode has.
 ErrorCode error_code_of(const Header& h) noexcept;
-kernels::DType to_dtype(WireType t);  // data types only
-WireType to_wire(kernels::DType t) noexcept;
+// WireType <-> kernels::DType: ps/protocol_kernels.h.
 
 // One slice of a key as the scheduler placed it (kLocateReply payload record, 24 bytes).
 struct SliceRecord {
@@ -164,18 +167,15 @@ Credential credential_of(const Header& h);
 inline constexpr std::size_t kOptimizerRecordBytes = 24;
 inline constexpr std::uint32_t kOptimizerNesterov = 1u << 0;
 inline constexpr std::uint32_t kOptimizerSkipNonfinite = 1u << 1;
-std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c);
-Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out);
+// encode_optimizer / decode_optimizer (kernels::SgdConfig): ps/protocol_kernels.h.
+
+// device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
+// 64-byte event handle (the handle size is device::kIpcHandleBytes, which ps/protocol_device.h
+// checks against this one). encode_ipc / decode_ipc: ps/protocol_device.h.
+inline constexpr std::size_t kIpcHandleWireBytes = 64;
+inline constexpr std::size_t kIpcRecordBytes = 2 * kIpcHandleWireBytes + 16;
 
 // Addresses in kRegisterReply: '\n'-separated, each non-empty and printable.
-// device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
-// 64-byte event handle.
-inline constexpr std::size_t kIpcRecordBytes = 2 * device::kIpcHandleBytes + 16;
-std::vector<std::byte> encode_ipc(std::span<const device::IpcRecord> records);
-// Exactly `count` records; offsets must lie inside their allocation.
-Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
-                  std::vector<device::IpcRecord>& out);
-
 std::vector<std::byte> encode_lines(std::span<const std::string> lines);
 Status decode_lines(std::span<const std::byte> bytes, std::vector<std::string>& out);
 

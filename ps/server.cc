@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/checkpoint.h"
+#include "ps/protocol_kernels.h"
 #include "ps/server_device.h"
 #include "ps/shard_map.h"
 

@@ -9,6 +9,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
+#include "ps/protocol_device.h"
 #include "ps/server.h"
 
 namespace psrt::ps {

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "device/memory.h"
+#include "ps/protocol_kernels.h"
 #include "ps/worker_impl.h"
 #include "transport/factory.h"
 

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "ps/auth.h"
+#include "ps/protocol_kernels.h"
 #include "ps/requests.h"
 #include "runtime/env_contract.h"
 #include "transport/factory.h"

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "ps/protocol.h"
+#include "ps/protocol_device.h"
+#include "ps/protocol_kernels.h"
 
 namespace psrt::ps::fuzz {
 namespace {

@@ -17,6 +17,8 @@
 
 #include "kernels/fused_sgd.h"
 #include "ps/protocol.h"
+#include "ps/protocol_device.h"
+#include "ps/protocol_kernels.h"
 #include "tests/fuzz/protocol_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);

@@ -35,7 +35,7 @@
 #include "ps/endpoint.h"
 #include "ps/permissions.h"
 #include "ps/requests.h"
-#include "runtime/scheduler.h"
+#include "ps/scheduler.h"
 #define PSRT_SCRATCH_PREFIX "psrt_identity_test_"
 #include "tests/integration/job_runner.h"
 #include "transport/factory.h"
@@ -349,10 +349,10 @@ TEST(Permissions, WorkerRefusesSchedulerOnlyMessagesFromAServer) {
 // rule, instead of holding two ranks (the old scheduler queued both; the second rank would never
 // arrive at a barrier).
 TEST(SchedulerIdentity, SecondRegisterOnOneConnectionIsRefused) {
-  psrt::runtime::SchedulerConfig config;
+  psrt::ps::SchedulerConfig config;
   config.secret = kSecret;
   config.num_workers = 2;
-  psrt::runtime::Scheduler scheduler(config);
+  psrt::ps::Scheduler scheduler(config);
 
   struct Client final : psrt::ps::Handler {
     psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&,

@@ -23,8 +23,8 @@
 #define PSRT_SCRATCH_PREFIX "psrt_invariants_test_"
 #include "ps/endpoint.h"
 #include "ps/requests.h"
+#include "ps/scheduler.h"
 #include "ps/shard_map.h"
-#include "runtime/scheduler.h"
 #include "tests/integration/job_runner.h"
 #include "transport/event_loop.h"
 #include "transport/factory.h"
@@ -144,11 +144,11 @@ class RefusingServer final : public ps::Handler {
 };
 
 TEST(Invariants, RefusedMembershipChangeStopsTheJobNamingTheServer) {
-  runtime::SchedulerConfig sc;
+  ps::SchedulerConfig sc;
   sc.secret = kSecret;
   sc.num_servers = 1;
   sc.num_workers = 1;
-  runtime::Scheduler scheduler(sc);
+  ps::Scheduler scheduler(sc);
 
   RefusingServer server, worker;
   auto server_ep = std::make_shared<ps::Endpoint>(kSecret, ps::Role::kServer, ps::Limits{});

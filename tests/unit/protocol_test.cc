@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ps/protocol_device.h"
+#include "ps/protocol_kernels.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {

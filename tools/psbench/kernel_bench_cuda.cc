@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "device/cuda_check.h"
 #include "kernels/fused_sgd.h"
 #include "kernels/fused_sgd_cuda.h"
 #include "psrt/error.h"

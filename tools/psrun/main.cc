@@ -13,12 +13,12 @@
 #include <fmt/core.h>
 
 #include "base/log.h"
+#include "device/cuda_device.h"
 #include "ps/auth.h"
 #include "ps/consistency.h"
-#include "device/cuda_device.h"
+#include "ps/scheduler.h"
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
-#include "runtime/scheduler.h"
 #include "runtime/server_process.h"
 #include "transport/factory.h"
 
@@ -69,7 +69,7 @@ int run(const Args& a) {
   std::string transport = a.transport;
   if (transport.empty()) transport = transport::available_backends().front();
 
-  runtime::SchedulerConfig sc;
+  ps::SchedulerConfig sc;
   sc.transport = transport;
   sc.listen = fmt::format("127.0.0.1:{}", a.port);
   sc.secret = secret;
@@ -87,7 +87,7 @@ int run(const Args& a) {
   sc.max_control_per_sec =
       static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
   log::set_prefix("scheduler");
-  runtime::Scheduler scheduler(sc);
+  ps::Scheduler scheduler(sc);
 
   std::vector<std::pair<std::string, std::string>> common = {
       {"PSRT_SCHEDULER", scheduler.address()},

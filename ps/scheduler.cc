@@ -1,4 +1,4 @@
-#include "runtime/scheduler.h"
+#include "ps/scheduler.h"
 
 #include <algorithm>
 
@@ -10,7 +10,7 @@
 #include "ps/checkpoint.h"
 #include "transport/factory.h"
 
-namespace psrt::runtime {
+namespace psrt::ps {
 
 using ps::Header;
 using ps::MsgType;
@@ -511,4 +511,4 @@ void Scheduler::monitor() {
   }
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::ps

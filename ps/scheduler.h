@@ -43,7 +43,7 @@
 #include "ps/shard_map.h"
 #include "transport/transport.h"
 
-namespace psrt::runtime {
+namespace psrt::ps {
 
 struct SchedulerConfig {
   std::string transport = "tcp";
@@ -148,4 +148,4 @@ class Scheduler final : public ps::Handler {
   std::thread monitor_;
 };
 
-}  // namespace psrt::runtime
+}  // namespace psrt::ps

@@ -14,7 +14,7 @@
 
 #include "psrt/error.h"
 
-namespace psrt::kernels::detail {
+namespace psrt::device::detail {
 
 // The psrt code for a CUDA runtime error: a missing or unusable device is something this machine
 // lacks (kUnsupported), a rejected argument is the caller's (kInvalidArgument), anything else
@@ -42,12 +42,12 @@ inline ErrorCode cuda_error_code(cudaError_t err) noexcept {
                                         cudaGetErrorString(err) + ")");
 }
 
-}  // namespace psrt::kernels::detail
+}  // namespace psrt::device::detail
 
-#define PSRT_CUDA_CHECK(call)                                                                     \
-  do {                                                                                            \
-    const cudaError_t psrt_cuda_check_err_ = (call);                                              \
-    if (psrt_cuda_check_err_ != cudaSuccess) {                                                    \
-      ::psrt::kernels::detail::throw_cuda_error(psrt_cuda_check_err_, #call, __FILE__, __LINE__); \
-    }                                                                                             \
+#define PSRT_CUDA_CHECK(call)                                                                    \
+  do {                                                                                           \
+    const cudaError_t psrt_cuda_check_err_ = (call);                                             \
+    if (psrt_cuda_check_err_ != cudaSuccess) {                                                   \
+      ::psrt::device::detail::throw_cuda_error(psrt_cuda_check_err_, #call, __FILE__, __LINE__); \
+    }                                                                                            \
   } while (0)
