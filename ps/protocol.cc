@@ -13,9 +13,7 @@ namespace {
 using wire::load;
 using wire::store;
 
-Status bad(std::string message) {
-  return Status(ErrorCode::kProtocol, std::move(message));
-}
+Status bad(std::string message) { return protocol_error(std::move(message)); }
 
 bool is_data(WireType t) { return t != WireType::kBytes; }
 
@@ -88,6 +86,10 @@ Status check_slice(const Header& h) {
 }
 
 }  // namespace
+
+Status protocol_error(std::string message) {
+  return Status(ErrorCode::kProtocol, std::move(message));
+}
 
 std::string_view to_string(MsgType t) noexcept {
   switch (t) {

@@ -123,6 +123,9 @@ struct Limits {
 
 // Decodes and range-checks a header and the payload size that came with it. Errors are
 // kProtocol with a message naming the field and value.
+// The status every decoder here returns for bad input: kProtocol with `message`.
+Status protocol_error(std::string message);
+
 Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const Limits& limits,
               Header& out);
 

@@ -15,9 +15,7 @@ namespace {
 using wire::load;
 using wire::store;
 
-Status bad(std::string message) {
-  return Status(ErrorCode::kProtocol, std::move(message));
-}
+Status bad(std::string message) { return protocol_error(std::move(message)); }
 
 }  // namespace
 
