@@ -313,9 +313,8 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
       // A new key: within this worker's quotas (a slice table costs the scheduler up to 1 MiB
       // and, with checkpoints, a MANIFEST rewrite).
       Quota& q = quotas_[peer.id()];
-      const std::uint64_t elems =
-          std::max<std::uint64_t>(1, config_.partition_bytes / sizeof(float));
-      const std::uint64_t n = h.total / elems + (h.total % elems != 0 ? 1 : 0);
+      // 0 for a key that cannot be cut: ShardMap::place refuses it below, naming why.
+      const std::uint64_t n = ps::slice_count(h.total, config_.partition_bytes);
       if (q.keys >= config_.max_keys_per_worker)
         return peer.send_error(
             h.request_id, ErrorCode::kInvalidArgument,

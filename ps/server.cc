@@ -62,12 +62,7 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
           const Status why = current_exception_status(
               fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
           PSRT_LOG_ERROR("{}", why.message());
-          if (on_control) {
-            Header stop;
-            stop.type = MsgType::kShutdown;
-            stop.arg0 = static_cast<std::uint32_t>(why.code());
-            on_control(stop, as_bytes(why.message()));
-          }
+          stop_job(why);
         }
       }
     });
@@ -628,14 +623,9 @@ void Server::run_update(Update& u) {
     }
   }
   trace(u, version, kernels::needs_prepass(cfg) ? &result : nullptr);
-  if (!bad.empty() && on_control) {
-    // Workers would go on from weights that miss this round: the job must not end as a success.
-    Header stop;
-    stop.type = MsgType::kShutdown;
-    stop.arg0 = static_cast<std::uint32_t>(ErrorCode::kInternal);
-    const std::string text = "an update could not be applied: " + bad;
-    on_control(stop, as_bytes(text));
-  }
+  // Workers would go on from weights that miss this round: the job must not end as a success.
+  if (!bad.empty())
+    stop_job(Status(ErrorCode::kInternal, "an update could not be applied: " + bad));
   {
     std::lock_guard lock(s.mu);
     s.version = version;
@@ -751,13 +741,16 @@ void Server::on_peer_closed(Peer& peer, const Status& why) {
     std::lock_guard lock(in.slice->mu);
     arrived_locked(*in.slice);
   }
-  if (peer.role() == Role::kScheduler && on_control) {
-    Header h;
-    h.type = MsgType::kShutdown;
-    h.arg0 = static_cast<std::uint32_t>(ErrorCode::kPeerFailed);
-    std::string text = "lost the scheduler: " + why.message();
-    on_control(h, as_bytes(text));
-  }
+  if (peer.role() == Role::kScheduler)
+    stop_job(Status(ErrorCode::kPeerFailed, "lost the scheduler: " + why.message()));
+}
+
+void Server::stop_job(const Status& why) {
+  if (!on_control) return;
+  Header stop;
+  stop.type = MsgType::kShutdown;
+  stop.arg0 = static_cast<std::uint32_t>(why.code());
+  on_control(stop, as_bytes(why.message()));
 }
 
 }  // namespace psrt::ps

@@ -157,6 +157,9 @@ class Server final : public Handler {
   float admit_push_locked(Slice& s, const Header& h, std::uint32_t rank);
   // A push placed by place() no longer arrives (it landed, or its connection closed).
   static void arrived_locked(Slice& s);
+  // Stops the whole job with `why` as a SHUTDOWN from the scheduler would (through on_control),
+  // for what the server cannot go on from: a lost scheduler, an update it could not apply.
+  void stop_job(const Status& why);
   // Why the gradients of `u` cannot be read as one dtype of s.count elements; empty when they
   // can. The last line of defence behind admit_push_locked.
   static std::string bad_grads(const Slice& s, const Update& u);

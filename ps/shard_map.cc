@@ -6,12 +6,17 @@
 
 namespace psrt::ps {
 
+std::uint64_t slice_count(std::uint64_t total, std::size_t partition_bytes) {
+  const std::uint64_t slice_elems = std::max<std::uint64_t>(1, partition_bytes / sizeof(float));
+  // A slice table must fit one control message (LOCATE_REPLY).
+  constexpr std::uint64_t kMaxSlices = kMaxControlBytes / kSliceRecordBytes;
+  if (total == 0 || total > kMaxSlices * slice_elems) return 0;
+  return (total + slice_elems - 1) / slice_elems;
+}
+
 std::optional<SliceBounds> slice_bounds(std::uint64_t total, std::size_t partition_bytes,
                                         std::uint64_t index) {
-  const std::uint64_t slice_elems = std::max<std::uint64_t>(1, partition_bytes / sizeof(float));
-  constexpr std::uint64_t kMaxSlices = kMaxControlBytes / kSliceRecordBytes;
-  if (total == 0 || total > kMaxSlices * slice_elems) return std::nullopt;
-  const std::uint64_t n = (total + slice_elems - 1) / slice_elems;
+  const std::uint64_t n = slice_count(total, partition_bytes);
   if (index >= n) return std::nullopt;
   const std::uint64_t base = total / n, extra = total % n;
   return SliceBounds{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
@@ -34,19 +39,18 @@ const std::vector<SliceRecord>& ShardMap::place(std::uint64_t key, std::uint64_t
                               key, it->second.first, total));
     return it->second.second;
   }
-  // A slice table must fit one control message (LOCATE_REPLY); totals come from the network.
-  constexpr std::uint64_t kMaxSlices = kMaxControlBytes / kSliceRecordBytes;
-  if (total > kMaxSlices * slice_elems_)
+  // Totals come from the network: the cut (slice_bounds) refuses what one LOCATE_REPLY can't hold.
+  const std::uint64_t n = slice_count(total, slice_elems_ * sizeof(float));
+  if (n == 0)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("key {} of {} elements needs more than {} slices of {} elements; "
                             "raise --partition-bytes",
-                            key, total, kMaxSlices, slice_elems_));
-  const std::uint64_t n = (total + slice_elems_ - 1) / slice_elems_;
+                            key, total, kMaxControlBytes / kSliceRecordBytes, slice_elems_));
   std::vector<SliceRecord> slices;
   slices.reserve(n);
   std::uint64_t offset = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
-    std::uint64_t count = total / n + (i < total % n ? 1 : 0);
+    const std::uint64_t count = slice_bounds(total, slice_elems_ * sizeof(float), i)->count;
     auto server = static_cast<std::uint32_t>(
         std::min_element(load_.begin(), load_.end()) - load_.begin());
     load_[server] += count * sizeof(float);

@@ -18,6 +18,8 @@ namespace psrt::ps {
 // that a server can check an INIT against it (which server holds a slice is not such a function:
 // it depends on the keys placed before). Empty when the key cannot be cut so (0 elements, more
 // slices than one LOCATE_REPLY holds) or `index` is past its last slice.
+// How many slices that cut makes of a key of `total` values; 0 when it cannot be cut so.
+std::uint64_t slice_count(std::uint64_t total, std::size_t partition_bytes);
 struct SliceBounds {
   std::uint64_t offset = 0, count = 0;
 };

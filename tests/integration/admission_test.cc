@@ -212,6 +212,18 @@ bool peer_closed(int fd) {
   }
 }
 
+// How many of `fds` the peer closed, polled until all are or `limit` passed.
+std::size_t count_closed_within(const std::vector<int>& fds, std::chrono::milliseconds limit) {
+  std::size_t closed = 0;
+  for (auto end = Clock::now() + limit; Clock::now() < end && closed < fds.size();
+       std::this_thread::sleep_for(20ms)) {
+    closed = 0;
+    for (int fd : fds)
+      closed += peer_closed(fd);
+  }
+  return closed;
+}
+
 // The tcp backend's frame around a PS header, announcing `payload` bytes.
 std::vector<std::byte> frame(const ps::Header& h, std::uint64_t payload, bool garbage = false) {
   std::vector<std::byte> out(transport::tcp::kFramePrefixBytes + ps::kHeaderBytes);
@@ -322,13 +334,7 @@ TEST_P(Admission, PayloadsBeforeAuthenticationPinNoMemory) {
         send_all(fd, chunk.data(), chunk.size());  // then stall: the rest never comes
         fds.push_back(fd);
       }
-    std::size_t closed = 0;
-    for (auto end = Clock::now() + 3s; Clock::now() < end && closed < fds.size();
-         std::this_thread::sleep_for(20ms)) {
-      closed = 0;
-      for (int fd : fds)
-        closed += peer_closed(fd);
-    }
+    const std::size_t closed = count_closed_within(fds, 3s);
     EXPECT_EQ(closed, fds.size()) << "connections announcing payloads before authentication "
                                      "stayed open";
     for (int fd : fds)
@@ -593,13 +599,7 @@ TEST(AdmissionDrain, RefusedPayloadsAfterAuthenticationAreNotAllocated) {
     send_all(fd, chunk.data(), chunk.size());  // then stall
     fds.push_back(fd);
   }
-  std::size_t closed = 0;
-  for (auto end = Clock::now() + 3s; Clock::now() < end && closed < fds.size();
-       std::this_thread::sleep_for(20ms)) {
-    closed = 0;
-    for (int fd : fds)
-      closed += peer_closed(fd);
-  }
+  const std::size_t closed = count_closed_within(fds, 3s);
   EXPECT_EQ(closed, fds.size()) << "stalled refused payloads kept their connections open";
   const long grew = status_kib(server_pid, "VmHWM") - before;
   EXPECT_LT(grew, 32 << 10) << "server peak RSS grew by " << grew << " KiB";

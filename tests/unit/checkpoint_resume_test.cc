@@ -14,30 +14,18 @@
 
 #include "ps/checkpoint.h"
 #include "ps/shard_map.h"
+#include "tests/unit/checkpoint_test_util.h"
 
 namespace psrt::ps {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using namespace psrt::ps::test;  // NOLINT(google-build-using-namespace): the shared values
 
 class CheckpointResume : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("psrt_sec_resume_" + std::to_string(::getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = test_dir("psrt_sec_resume_");
     map_.place(1, 25);  // 3 slices of 10, 10, 5 (partition 40 bytes)
     map_.place(2, 5);   // 1 slice
   }

@@ -18,6 +18,7 @@
 #include "base/fnv.h"
 #include "ps/checkpoint.h"
 #include "ps/shard_map.h"
+#include "tests/unit/checkpoint_test_util.h"
 #include "transport/wire.h"
 
 // Records the directories fsync() is called on (this test binary's fsync() stands in for libc's;
@@ -43,31 +44,12 @@ namespace psrt::ps {
 namespace {
 
 namespace fs = std::filesystem;
-
-const SliceRecord kSlice{1, 2, 100, 5};
-constexpr std::uint64_t kKey = 42;
-constexpr std::uint64_t kTotal = 200;
-const std::vector<float> kWeights = {1.f, -2.5f, 3.25f, 0.f, 1e-20f};
-const std::vector<float> kMomentum = {0.5f, 0.25f, -0.125f, 8.f, -0.f};
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using namespace psrt::ps::test;  // NOLINT(google-build-using-namespace): the shared values
 
 class CheckpointSecurity : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("psrt_sec_ckpt_" + std::to_string(::getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = test_dir("psrt_sec_ckpt_");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

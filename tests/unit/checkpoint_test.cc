@@ -12,20 +12,18 @@
 #include <vector>
 
 #include "ps/shard_map.h"
+#include "tests/unit/checkpoint_test_util.h"
 
 namespace psrt::ps {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace psrt::ps::test;  // NOLINT(google-build-using-namespace): the shared values
 
 class Checkpoint : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("psrt_unit_ckpt_" + std::to_string(::getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = test_dir("psrt_unit_ckpt_");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -45,22 +43,6 @@ class Checkpoint : public testing::Test {
 
   std::string dir_;
 };
-
-const SliceRecord kSlice{1, 2, 100, 5};
-constexpr std::uint64_t kKey = 42;
-constexpr std::uint64_t kTotal = 200;
-const std::vector<float> kWeights = {1.f, -2.5f, 3.25f, 0.f, 1e-20f};
-const std::vector<float> kMomentum = {0.5f, 0.25f, -0.125f, 8.f, -0.f};
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 TEST_F(Checkpoint, SliceRoundTripsWithoutMomentum) {
   write_slice_checkpoint(dir_, kKey, kSlice, kTotal, 8, kWeights, {});
