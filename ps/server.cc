@@ -43,29 +43,18 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cannot open the trace file '{}'", config_.trace_path));
   }
-  for (int i = 0; i < std::max(1, config_.threads); ++i)
-    pool_.emplace_back([this] {
-      for (;;) {
-        Update u;
-        {
-          std::unique_lock lock(pool_mu_);
-          pool_cv_.wait(lock, [this] { return stopping_ || !pool_queue_.empty(); });
-          if (pool_queue_.empty()) return;
-          u = std::move(pool_queue_.front());
-          pool_queue_.pop_front();
-        }
-        try {
-          run_update(u);
-        } catch (...) {
-          // Past the update itself (which stops the job on failure): bookkeeping that could
-          // not allocate. The job cannot trust this slice any more.
-          const Status why = current_exception_status(
-              fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
-          PSRT_LOG_ERROR("{}", why.message());
-          stop_job(why);
-        }
-      }
-    });
+  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads, [this](Update& u) {
+    try {
+      run_update(u);
+    } catch (...) {
+      // Past the update itself (which stops the job on failure): bookkeeping that could not
+      // allocate. The job cannot trust this slice any more.
+      const Status why = current_exception_status(
+          fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
+      PSRT_LOG_ERROR("{}", why.message());
+      stop_job(why);
+    }
+  });
 }
 
 Server::~Server() {
@@ -74,14 +63,7 @@ Server::~Server() {
 }
 
 void Server::stop() {
-  {
-    std::lock_guard lock(pool_mu_);
-    if (stopping_ && pool_.empty()) return;
-    stopping_ = true;
-  }
-  pool_cv_.notify_all();
-  for (auto& t : pool_) t.join();
-  pool_.clear();
+  if (pool_) pool_->stop();
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -549,11 +531,8 @@ void Server::after_change(Slice& s) {
 }
 
 void Server::submit(Update u) {
-  {
-    std::lock_guard lock(pool_mu_);
-    pool_queue_.push_back(std::move(u));
-  }
-  pool_cv_.notify_one();
+  // Refused only once stop() began: the job is ending, and the slice stays busy.
+  (void)pool_->push(std::move(u));
 }
 
 void Server::run_update(Update& u) {

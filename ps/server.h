@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/work_queue.h"
 #include "device/cuda_device.h"
 #include "device/memory.h"
 #include "kernels/fused_sgd.h"
@@ -207,16 +208,12 @@ class Server final : public Handler {
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight> inflight_;  // (peer, cookie)
   std::atomic<std::uint64_t> next_cookie_{1};
 
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::deque<Update> pool_queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> pool_;
-
   std::unique_ptr<Gpu> gpu_;  // null for a cpu server
 
   std::mutex trace_mu_;
   std::FILE* trace_ = nullptr;
+
+  std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };
 
 }  // namespace psrt::ps
