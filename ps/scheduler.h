@@ -114,9 +114,12 @@ class Scheduler final : public ps::Handler {
   std::string address_;
   ps::Requests requests_;
 
-  // Recursive: a send that fails at once runs its completion (which locks) inside the caller.
-  std::recursive_mutex mu_;
-  std::condition_variable_any cv_;
+  // Plain, not recursive: while the transport runs, no completion runs inside the send() that
+  // caused it (transport/transport.h, "Threads"), so a completion that locks mu_ (a membership
+  // ack, a failed send) never finds it held by its own thread; the transport is shut down only
+  // in the destructor, after monitor_ joined and with mu_ free.
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::vector<std::string> server_addresses_;
   std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;  // live, by rank

@@ -595,6 +595,81 @@ TEST_P(TransportConformance, ShutdownIsBoundedAndCompletesEverything) {
   ASSERT_TRUE(server_rx->wait_closed(1, 10s));
 }
 
+// transport.h, "Threads": while the transport runs, a completion runs on the progress thread and
+// never inside the send() that caused it: not a send that fails at once on a closed connection,
+// not a send made from a callback (ps::Scheduler holds a plain mutex across sends whose
+// completions lock it). Once shut down, a send completes with an error on the caller before
+// send() returns.
+TEST_P(TransportConformance, CompletionsNeverRunInsideTheirSend) {
+  start_pair();
+  struct Seen {
+    bool inside_send;
+    bool on_progress_thread;
+    bool ok;
+    ErrorCode code;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Seen> seen;
+  static thread_local bool inside_send = false;
+  auto record = [&](const Status& st) {
+    std::lock_guard lock(mu);
+    seen.push_back({inside_send, client->on_progress_thread(), st.ok(), st.code()});
+    cv.notify_all();
+  };
+  auto send = [&](SendDone done) {
+    inside_send = true;
+    conn->send(bytes_of("m"), {}, std::move(done));
+    inside_send = false;
+  };
+  auto wait_seen = [&](std::size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 5s, [&] { return seen.size() >= n; });
+  };
+  // From this thread, then from inside a completion (a progress-thread callback).
+  send(record);
+  ASSERT_TRUE(wait_seen(1));
+  send([&](const Status& st) {
+    record(st);
+    send(record);
+  });
+  ASSERT_TRUE(wait_seen(3));
+  // Sends that fail at once: the connection is closed.
+  conn->close();
+  ASSERT_TRUE(client_rx->wait_closed(1, 5s));
+  send(record);
+  ASSERT_TRUE(wait_seen(4));
+  send([&](const Status& st) {
+    record(st);
+    send(record);
+  });
+  ASSERT_TRUE(wait_seen(6));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(seen.size(), 6u);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_FALSE(seen[i].inside_send) << "completion " << i << " ran inside its send()";
+      EXPECT_TRUE(seen[i].on_progress_thread) << "completion " << i << " off the progress thread";
+      EXPECT_EQ(seen[i].ok, i < 3) << "completion " << i;
+    }
+    for (std::size_t i = 3; i < seen.size(); ++i)
+      EXPECT_EQ(seen[i].code, ErrorCode::kConnectionClosed) << "completion " << i;
+  }
+  // Shut down: no progress thread is left, the completion runs here before send() returns.
+  client->shutdown();
+  bool ran = false;
+  Status late;
+  std::thread::id where;
+  conn->send(bytes_of("late"), {}, [&](const Status& st) {
+    ran = true;
+    late = st;
+    where = std::this_thread::get_id();
+  });
+  EXPECT_TRUE(ran) << "a send after shutdown() completes before send() returns";
+  EXPECT_EQ(where, std::this_thread::get_id());
+  EXPECT_FALSE(late.ok());
+}
+
 TEST_P(TransportConformance, IdleTransportDoesNotBurnACore) {
   start_pair();
   send_and_wait(*conn, "settle");  // endpoints fully wired up
