@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 
@@ -447,7 +448,7 @@ void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
 
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   std::vector<PullWaiter> ready;
-  if (s.busy) return ready;
+  if (s.busy) return ready;  // the update writes the weights: no reply may read them now
   auto keep = s.waiters.begin();
   for (auto& w : s.waiters) {
     auto ws = s.workers.find(w.rank);
@@ -546,12 +547,15 @@ void Server::run_update(Update& u) {
   std::uint64_t version;
   {
     std::lock_guard lock(s.mu);
+    assert(s.busy && "an update runs only on a slice next_update_locked() marked busy");
+    assert(s.readers == 0 && "an update never runs while a pull reply reads the weights");
     version = s.version + 1;
   }
   const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
                               version % config_.checkpoint_every == 0;
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
-  // flight either), so the update runs without the slice lock.
+  // flight either), so the update runs without the slice lock (server.h, "The one access
+  // without a lock"; asserted above).
   kernels::StepResult result;
   std::string bad = bad_grads(s, u);
   try {

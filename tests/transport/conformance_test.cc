@@ -97,10 +97,10 @@ TEST_P(TransportConformance, PayloadsFromZeroTo64MiBArriveIntact) {
 TEST_P(TransportConformance, HeaderOnlyMessagesSkipPlacement) {
   start_pair();
   std::atomic<int> placed{0};
-  server_rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
     ++placed;
     return {};
-  };
+  });
   SendWaiter w;
   for (int i = 0; i < 100; ++i)
     conn->send(bytes_of("h" + std::to_string(i)), {}, w.callback());
@@ -162,10 +162,10 @@ TEST_P(TransportConformance, PayloadLandsInTheBufferTheReceiverChose) {
   start_pair();
   // One big slab; each message goes to the offset its header names.
   std::vector<std::byte> slab(8u << 20);
-  server_rx->placer = [&](Connection&, std::span<const std::byte> header, std::size_t size) {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte> header, std::size_t size) {
     std::size_t offset = std::stoul(string_of(header));
     return Placement{{slab.data() + offset, size}, offset};
-  };
+  });
   const std::vector<std::pair<std::size_t, std::size_t>> cases = {
       {0, 100}, {4096, 1 << 20}, {(2u << 20) + 17, 3u << 20}};
   std::vector<std::vector<std::byte>> payloads;
@@ -311,10 +311,10 @@ TEST_P(TransportConformance, KilledSenderIsReportedWithinTheBound) {
   rx->keep_payloads = false;
   std::atomic<int> placements{0};
   std::vector<std::byte> slab(64u << 20);
-  rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t size) {
+  rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t size) {
     ++placements;
     return Placement{{slab.data(), size}};
-  };
+  });
   Options options;
   options.peer_timeout = kPeerTimeout;
   auto t = make(rx, options);
@@ -486,13 +486,15 @@ TEST_P(TransportConformance, OversizedPayloadClosesThatConnection) {
 
 TEST_P(TransportConformance, ReceiverRefusalClosesThatConnectionWithItsReason) {
   start_pair();
-  server_rx->placer = [](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
+  server_rx->set_placer([](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
     throw Error(ErrorCode::kInvalidArgument, "no slot for this key");
-  };
+  });
   std::vector<std::byte> p(100);
   ConstBuffer b{p.data(), p.size()};
-  conn->send(bytes_of("x"), {&b, 1}, [](const Status&) {});
+  SendWaiter sent;  // `p` must outlive the send (TSan saw UCX still packing it)
+  conn->send(bytes_of("x"), {&b, 1}, sent.callback());
   ASSERT_TRUE(server_rx->wait_closed(1, 10s));
+  ASSERT_TRUE(sent.wait(1, 10s));
   EXPECT_NE(server_rx->closed()[0].why.message().find("no slot for this key"), std::string::npos);
 }
 
