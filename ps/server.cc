@@ -202,7 +202,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
       in.grad = std::move(*it);
       s.free.erase(it);
     } else if (!gpu_) {
-      in.grad.data = std::make_unique_for_overwrite<std::byte[]>(size);
+      in.grad.where = HostGrad{std::make_unique_for_overwrite<std::byte[]>(size)};
       in.grad.size = size;
     }
     in.grad.dtype = h.dtype;
@@ -225,7 +225,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
         throw;
       }
     } else {
-      p.dest.data = in.grad.data.get();
+      p.dest.data = std::get<HostGrad>(in.grad.where).data.get();
     }
   }
   std::lock_guard lock(inflight_mu_);
@@ -572,7 +572,7 @@ void Server::run_update(Update& u) {
         first_step = true;
       }
       std::vector<const void*> grads;
-      for (const auto& g : u.grads) grads.push_back(g.data.get());
+      for (const auto& g : u.grads) grads.push_back(std::get<HostGrad>(g.where).data.get());
       const kernels::SliceUpdate k = slice_update(
           s, u, grads, s.weights.data(), s.momentum.empty() ? nullptr : s.momentum.data(),
           first_step);
@@ -615,19 +615,19 @@ void Server::run_update(Update& u) {
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
       if (w != s.workers.end()) w->second.applied++;
-      const bool owns_storage = u.grads[i].data || u.grads[i].dev;
-      if (owns_storage && s.free.size() < s.workers.size() + 2)
+      if (u.grads[i].reusable() && s.free.size() < s.workers.size() + 2)
         s.free.push_back(std::move(u.grads[i]));
     }
     s.busy = false;
   }
   // A PUSH_IPC's gradient has been read: the worker may write it again.
   for (auto& g : u.grads) {
-    if (!g.ack_peer) continue;
+    const auto* ipc = std::get_if<IpcGrad>(&g.where);
+    if (!ipc || !ipc->ack_peer) continue;
     Header ack;
     ack.type = MsgType::kPushAck;
-    ack.request_id = g.ack_request;
-    g.ack_peer->send(ack);
+    ack.request_id = ipc->ack_request;
+    ipc->ack_peer->send(ack);
   }
   after_change(s);
 }

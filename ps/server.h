@@ -36,6 +36,7 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "base/work_queue.h"
@@ -96,22 +97,38 @@ class Server final : public Handler {
   void on_peer_closed(Peer& peer, const Status& why) override;
 
  private:
-  struct GradBuf {
-    std::unique_ptr<std::byte[]> data;  // cpu server: the payload lands here
-    device::PinnedMemory pinned;        // cuda server, staged path: the payload lands here...
-    device::DeviceMemory dev;  // ...and is copied here (the receive slot the kernel reads);
-                               // with a CUDA-capable transport it lands here directly
-    device::Event copied;      // the copy into `dev`, when staged
-    // CUDA IPC: the gradient stays in the worker's GPU memory and is read there, after
-    // `remote_event`; a PUSH_IPC is acked only once the update has read it.
+  // One gradient, by where its bytes are: each storage mode holds exactly what it needs.
+  struct HostGrad {  // cpu server: the payload lands here
+    std::unique_ptr<std::byte[]> data;
+  };
+  struct DeviceGrad {  // cuda server, CUDA-capable transport: lands in the slot the kernel reads
+    device::DeviceMemory dev;
+  };
+  struct StagedGrad {             // cuda server, host-only transport (path c):
+    device::DeviceMemory dev;     // the receive slot the kernel reads,
+    device::PinnedMemory pinned;  // where the payload lands first,
+    device::Event copied;         // and the copy pinned -> dev, queued once it landed
+  };
+  // CUDA IPC: the gradient stays in the worker's GPU memory and is read there, after
+  // `remote_event`; a PUSH_IPC is acked only once the update has read it.
+  struct IpcGrad {
     const void* remote = nullptr;
     void* remote_event = nullptr;
-    std::shared_ptr<void> remote_hold;  // keeps the IPC mapping open until the update ran
-    std::shared_ptr<Peer> ack_peer;
+    std::shared_ptr<void> hold;  // keeps the IPC mapping open until the update ran
+    std::shared_ptr<Peer> ack_peer;  // PUSH_IPC: acked once read; null for PUSH_PULL_IPC
     std::uint64_t ack_request = 0;
+  };
+  struct GradBuf {
+    // monostate: not placed yet (a free-list miss on a cuda server, before place_on_device).
+    std::variant<std::monostate, HostGrad, DeviceGrad, StagedGrad, IpcGrad> where;
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
     float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
+    // Storage the server owns, kept on the slice's free list for the next push (not IPC).
+    bool reusable() const {
+      return std::holds_alternative<HostGrad>(where) || std::holds_alternative<DeviceGrad>(where) ||
+             std::holds_alternative<StagedGrad>(where);
+    }
   };
   struct WorkerState {  // all fields: guarded by the slice's mu
     std::deque<GradBuf> queued;
