@@ -26,13 +26,17 @@ struct Server::Gpu {
   // Runs `job` on the reply thread (in order).
   void post(std::function<void()> job) { reply_thread.push(std::move(job)); }
 
+  // Threads: the streams are CUDA's (enqueueing is thread-safe); which thread uses each is noted.
   const int index;
   const std::string name;
-  device::Stream compute;       // updates, then the weights' copy into the host mirror
-  device::Stream copies;        // staged gradients: pinned landing buffer -> device receive slot
-  device::Stream replies;       // CUDA IPC pulls: the weights -> the worker's output
-  device::IpcImporter ipc;      // workers' buffers shared with CUDA IPC
-  bool transport_cuda = false;  // the transport sends from and receives into device memory
+  device::Stream compute;   // pool threads: updates, then the weights' copy into the host mirror
+  device::Stream copies;    // progress thread: staged gradients (pinned landing buffer -> device
+                            // receive slot) and INIT's upload
+  device::Stream replies;   // reply thread: CUDA IPC pulls (the weights -> the worker's output)
+  device::IpcImporter ipc;  // thread-safe; progress thread: workers' buffers shared via CUDA IPC
+  // The transport sends from and receives into device memory. Written by set_transport() before
+  // the transport delivers anything, constant after.
+  bool transport_cuda = false;
 
   // Runs the jobs of post(), in order; this thread only ever works on this device (set once,
   // never restored). Last: started once everything above exists.
