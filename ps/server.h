@@ -114,7 +114,7 @@ class Server final : public Handler {
   struct IpcGrad {
     const void* remote = nullptr;
     void* remote_event = nullptr;
-    std::shared_ptr<void> hold;  // keeps the IPC mapping open until the update ran
+    std::shared_ptr<void> hold;      // keeps the IPC mapping open until the update ran
     std::shared_ptr<Peer> ack_peer;  // PUSH_IPC: acked once read; null for PUSH_PULL_IPC
     std::uint64_t ack_request = 0;
   };
