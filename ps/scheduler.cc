@@ -14,7 +14,7 @@ namespace psrt::ps {
 
 using ps::Header;
 using ps::MsgType;
-using Lock = std::unique_lock<std::recursive_mutex>;
+using Lock = std::unique_lock<std::mutex>;
 
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)), shards_(config_.num_servers, config_.partition_bytes) {

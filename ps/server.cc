@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 
@@ -43,29 +44,18 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cannot open the trace file '{}'", config_.trace_path));
   }
-  for (int i = 0; i < std::max(1, config_.threads); ++i)
-    pool_.emplace_back([this] {
-      for (;;) {
-        Update u;
-        {
-          std::unique_lock lock(pool_mu_);
-          pool_cv_.wait(lock, [this] { return stopping_ || !pool_queue_.empty(); });
-          if (pool_queue_.empty()) return;
-          u = std::move(pool_queue_.front());
-          pool_queue_.pop_front();
-        }
-        try {
-          run_update(u);
-        } catch (...) {
-          // Past the update itself (which stops the job on failure): bookkeeping that could
-          // not allocate. The job cannot trust this slice any more.
-          const Status why = current_exception_status(
-              fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
-          PSRT_LOG_ERROR("{}", why.message());
-          stop_job(why);
-        }
-      }
-    });
+  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads, [this](Update& u) {
+    try {
+      run_update(u);
+    } catch (...) {
+      // Past the update itself (which stops the job on failure): bookkeeping that could not
+      // allocate. The job cannot trust this slice any more.
+      const Status why = current_exception_status(
+          fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
+      PSRT_LOG_ERROR("{}", why.message());
+      stop_job(why);
+    }
+  });
 }
 
 Server::~Server() {
@@ -74,14 +64,7 @@ Server::~Server() {
 }
 
 void Server::stop() {
-  {
-    std::lock_guard lock(pool_mu_);
-    if (stopping_ && pool_.empty()) return;
-    stopping_ = true;
-  }
-  pool_cv_.notify_all();
-  for (auto& t : pool_) t.join();
-  pool_.clear();
+  if (pool_) pool_->stop();
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -219,7 +202,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
       in.grad = std::move(*it);
       s.free.erase(it);
     } else if (!gpu_) {
-      in.grad.data = std::make_unique_for_overwrite<std::byte[]>(size);
+      in.grad.where = HostGrad{std::make_unique_for_overwrite<std::byte[]>(size)};
       in.grad.size = size;
     }
     in.grad.dtype = h.dtype;
@@ -242,7 +225,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
         throw;
       }
     } else {
-      p.dest.data = in.grad.data.get();
+      p.dest.data = std::get<HostGrad>(in.grad.where).data.get();
     }
   }
   std::lock_guard lock(inflight_mu_);
@@ -465,7 +448,7 @@ void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
 
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   std::vector<PullWaiter> ready;
-  if (s.busy) return ready;
+  if (s.busy) return ready;  // the update writes the weights: no reply may read them now
   auto keep = s.waiters.begin();
   for (auto& w : s.waiters) {
     auto ws = s.workers.find(w.rank);
@@ -549,11 +532,8 @@ void Server::after_change(Slice& s) {
 }
 
 void Server::submit(Update u) {
-  {
-    std::lock_guard lock(pool_mu_);
-    pool_queue_.push_back(std::move(u));
-  }
-  pool_cv_.notify_one();
+  // Refused only once stop() began: the job is ending, and the slice stays busy.
+  (void)pool_->push(std::move(u));
 }
 
 void Server::run_update(Update& u) {
@@ -567,12 +547,15 @@ void Server::run_update(Update& u) {
   std::uint64_t version;
   {
     std::lock_guard lock(s.mu);
+    assert(s.busy && "an update runs only on a slice next_update_locked() marked busy");
+    assert(s.readers == 0 && "an update never runs while a pull reply reads the weights");
     version = s.version + 1;
   }
   const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
                               version % config_.checkpoint_every == 0;
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
-  // flight either), so the update runs without the slice lock.
+  // flight either), so the update runs without the slice lock (server.h, "The one access
+  // without a lock"; asserted above).
   kernels::StepResult result;
   std::string bad = bad_grads(s, u);
   try {
@@ -589,7 +572,7 @@ void Server::run_update(Update& u) {
         first_step = true;
       }
       std::vector<const void*> grads;
-      for (const auto& g : u.grads) grads.push_back(g.data.get());
+      for (const auto& g : u.grads) grads.push_back(std::get<HostGrad>(g.where).data.get());
       const kernels::SliceUpdate k = slice_update(
           s, u, grads, s.weights.data(), s.momentum.empty() ? nullptr : s.momentum.data(),
           first_step);
@@ -632,19 +615,19 @@ void Server::run_update(Update& u) {
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
       if (w != s.workers.end()) w->second.applied++;
-      const bool owns_storage = u.grads[i].data || u.grads[i].dev;
-      if (owns_storage && s.free.size() < s.workers.size() + 2)
+      if (u.grads[i].reusable() && s.free.size() < s.workers.size() + 2)
         s.free.push_back(std::move(u.grads[i]));
     }
     s.busy = false;
   }
   // A PUSH_IPC's gradient has been read: the worker may write it again.
   for (auto& g : u.grads) {
-    if (!g.ack_peer) continue;
+    const auto* ipc = std::get_if<IpcGrad>(&g.where);
+    if (!ipc || !ipc->ack_peer) continue;
     Header ack;
     ack.type = MsgType::kPushAck;
-    ack.request_id = g.ack_request;
-    g.ack_peer->send(ack);
+    ack.request_id = ipc->ack_request;
+    ipc->ack_peer->send(ack);
   }
   after_change(s);
 }

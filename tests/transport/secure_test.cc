@@ -367,10 +367,10 @@ Outcome run_through_relay(bool secure, Tamper tamper) {
   Outcome out;
   out.slots.assign(kSent + 2, std::vector<std::byte>(kPayloadBytes));
   std::atomic<int> next_slot{0};
-  server_rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t size) {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t size) {
     auto& slot = out.slots.at(static_cast<std::size_t>(next_slot++));
     return Placement{{slot.data(), size}};
-  };
+  });
   auto server = create_transport("tcp", server_rx, o);
   Relay relay(server->listen("127.0.0.1:0"), tamper, (secure ? kHandshakeFrames : 0) + kTampered);
   auto client_rx = std::make_shared<RecordingReceiver>();
