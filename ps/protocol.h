@@ -8,10 +8,10 @@
 //   40: u64 total            48: u64 round      56: u32 arg0     60: u32 arg1
 // Every field is range-checked by decode() before anything else reads it.
 //
-// This header is the wire format only: it includes the standard library and psrt/error.h and
+// This header is the wire format only: it includes the standard library and include/psrt/, and
 // nothing of the layers below ps/. The codecs whose C++ types belong to a lower layer live in a
-// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType,
-// kernels::SgdConfig) and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
+// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType)
+// and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
 // here, since decode() checks payload sizes against them.
 #pragma once
 
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "psrt/error.h"
+#include "psrt/optimizer.h"
 
 namespace psrt::ps {
 
@@ -170,7 +171,10 @@ Credential credential_of(const Header& h);
 inline constexpr std::size_t kOptimizerRecordBytes = 24;
 inline constexpr std::uint32_t kOptimizerNesterov = 1u << 0;
 inline constexpr std::uint32_t kOptimizerSkipNonfinite = 1u << 1;
-// encode_optimizer / decode_optimizer (kernels::SgdConfig): ps/protocol_kernels.h.
+std::vector<std::byte> encode_optimizer(const OptimizerConfig& c);
+// Checks the values as torch.optim.SGD does (finite, >= 0, dampening <= 1, Nesterov's needs) and
+// the flags; errors are kProtocol for the size, kInvalidArgument for the values.
+Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out);
 
 // device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
 // 64-byte event handle (the handle size is device::kIpcHandleBytes, which ps/protocol_device.h

@@ -20,12 +20,6 @@ namespace {
 
 Error refuse(ErrorCode code, std::string message) { return Error(code, std::move(message)); }
 
-bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
-  return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
-         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov &&
-         a.max_grad_norm == b.max_grad_norm && a.skip_nonfinite == b.skip_nonfinite;
-}
-
 }  // namespace
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {
@@ -366,12 +360,12 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
 }
 
 void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  kernels::SgdConfig c;
+  OptimizerConfig c;
   if (Status st = decode_optimizer(payload, c); !st.ok())
     return peer.send_error(h.request_id, st.code(), st.message(), false);
   {
     std::lock_guard lock(sgd_mu_);
-    if (!same(c, config_.sgd)) {
+    if (c != config_.sgd) {
       if (sgd_set_by_worker_)
         return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
                                fmt::format("{} sets a different optimizer than another worker "
@@ -558,7 +552,7 @@ void Server::submit(Update u) {
 
 void Server::run_update(Update& u) {
   Slice& s = *u.slice;
-  kernels::SgdConfig cfg;
+  OptimizerConfig cfg;
   {
     std::lock_guard lock(sgd_mu_);
     cfg = config_.sgd;

@@ -70,7 +70,7 @@ void Server::init_on_device(Slice& s) {
   }
 }
 
-kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+kernels::StepResult Server::update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                              bool checkpoint_due) {
   Gpu& gpu = *gpu_;
   const std::size_t bytes = s.count * sizeof(float);

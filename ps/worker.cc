@@ -168,10 +168,8 @@ std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::u
 
 void Worker::Impl::set_optimizer(const OptimizerConfig& c) {
   check_open();
-  kernels::SgdConfig sgd{c.lr,       c.momentum,      c.dampening,     c.weight_decay,
-                         c.nesterov, c.max_grad_norm, c.skip_nonfinite};
-  auto payload = ps::encode_optimizer(sgd);
-  kernels::SgdConfig checked;
+  auto payload = ps::encode_optimizer(c);
+  OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(payload, checked); !s.ok()) s.throw_if_error();
   for (auto& server : servers_) {
     Header h;

@@ -28,7 +28,7 @@ ps::ServerConfig server_config_from_env() {
   c.sgd.nesterov = env_bool("PSRT_NESTEROV");
   c.sgd.max_grad_norm = env_float("PSRT_MAX_GRAD_NORM");
   c.sgd.skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE");
-  kernels::SgdConfig checked;
+  OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(ps::encode_optimizer(c.sgd), checked); !s.ok())
     throw Error(ErrorCode::kInvalidArgument,
                 "PSRT_LR/PSRT_MOMENTUM/.../PSRT_MAX_GRAD_NORM: " + s.message());
