@@ -13,17 +13,6 @@ namespace {
 
 std::int64_t now_ticks() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 
-bool is_handshake(MsgType t) {
-  return t == MsgType::kHello || t == MsgType::kChallenge || t == MsgType::kAuth ||
-         t == MsgType::kWelcome;
-}
-
-// Byte payloads are received by the endpoint itself; data payloads go where the handler says.
-bool is_data(MsgType t) {
-  return t == MsgType::kInit || t == MsgType::kPush || t == MsgType::kPushPull ||
-         t == MsgType::kPullReply;
-}
-
 // "10.0.0.3" of "10.0.0.3:41234": the unit the per-host cap counts.
 std::string host_of(const std::string& address) {
   auto colon = address.rfind(':');
@@ -348,7 +337,7 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
   if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
   if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
     return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
-  if (is_data(h.type)) {
+  if (carries_data(h.type)) {  // placed by the handler; byte payloads by the endpoint
     if (!peer->authenticated())
       return refuse_at_place(
           *peer, h.request_id,
@@ -390,7 +379,7 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
   if (Status s = decode(header, placement.dest.size, limits_, h); !s.ok())
     return reject(*peer, 0, s);
   std::unique_ptr<std::vector<std::byte>> bytes;
-  if (!is_data(h.type) && placement.dest.size > 0) {
+  if (!carries_data(h.type) && placement.dest.size > 0) {
     std::lock_guard lock(mu_);
     auto it = peer->inflight_.find(placement.cookie);
     if (it != peer->inflight_.end()) {
