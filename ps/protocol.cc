@@ -77,12 +77,6 @@ std::size_t wire_size(WireType t) noexcept {
   return 1;
 }
 
-ErrorCode error_code_of(const Header& h) noexcept {
-  return h.arg0 != 0 && h.arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
-             ? static_cast<ErrorCode>(h.arg0)
-             : ErrorCode::kProtocol;
-}
-
 HeaderBytes encode(const Header& h) {
   HeaderBytes b{};
   store<std::uint32_t>(&b[0], kMagic);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -152,8 +153,45 @@ struct Header {
   std::uint64_t count = 0;
   std::uint64_t total = 0;
   std::uint64_t round = 0;
+  // The two argument words. Their meaning depends on the type (PSRT_PS_MESSAGES): read and write
+  // them through the accessors below, which name it; only the codec and tests of raw wire words
+  // touch them directly.
   std::uint32_t arg0 = 0;
   std::uint32_t arg1 = 0;
+
+  // arg0 of the data path (INIT, PUSH, PULL, PUSH_PULL, the IPC messages and their replies): the
+  // slice's index in the key's layout.
+  std::uint32_t slice() const noexcept { return arg0; }
+  void set_slice(std::uint32_t index) noexcept { arg0 = index; }
+  // arg0 of HELLO and REGISTER: the sender's Role, as sent (check it before casting).
+  std::uint32_t role_value() const noexcept { return arg0; }
+  void set_role(Role r) noexcept { arg0 = static_cast<std::uint32_t>(r); }
+  // arg1 of HELLO (the rank the sender proves) and REGISTER (the rank it asks for); kAnyRank
+  // when it has none yet.
+  std::uint32_t rank() const noexcept { return arg1; }
+  void set_rank(std::uint32_t r) noexcept { arg1 = r; }
+  // REGISTER_REPLY: the rank the scheduler gave (arg0) and the live workers (arg1).
+  std::uint32_t assigned_rank() const noexcept { return arg0; }
+  void set_assigned_rank(std::uint32_t r) noexcept { arg0 = r; }
+  std::uint32_t live_workers() const noexcept { return arg1; }
+  void set_live_workers(std::uint32_t n) noexcept { arg1 = n; }
+  // arg0 of ERROR and SHUTDOWN. error_code(): an ERROR's code, kProtocol for a value that is no
+  // ErrorCode (or kOk: an ERROR is never success). shutdown_code(): kOk when the job finished,
+  // else the same as error_code().
+  ErrorCode error_code() const noexcept {
+    return arg0 != 0 && arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
+               ? static_cast<ErrorCode>(arg0)
+               : ErrorCode::kProtocol;
+  }
+  ErrorCode shutdown_code() const noexcept { return arg0 == 0 ? ErrorCode::kOk : error_code(); }
+  void set_error_code(ErrorCode c) noexcept { arg0 = static_cast<std::uint32_t>(c); }
+  // arg1 of PUSH and PUSH_PULL: the learning rate for this gradient's round as fp32 bits; 0 = the
+  // configured one.
+  float learning_rate() const noexcept { return std::bit_cast<float>(arg1); }
+  void set_learning_rate(float lr) noexcept { arg1 = std::bit_cast<std::uint32_t>(lr); }
+  // arg1 of INIT_REPLY: this INIT stored its value (the first init of the key in the job).
+  bool stored() const noexcept { return arg1 != 0; }
+  void set_stored(bool stored) noexcept { arg1 = stored ? 1 : 0; }
 };
 
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
@@ -173,8 +211,6 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
               Header& out);
 
 std::size_t wire_size(WireType t) noexcept;
-// The ErrorCode an ERROR message carries in arg0; kProtocol for a value no ErrorCode has.
-ErrorCode error_code_of(const Header& h) noexcept;
 // WireType <-> kernels::DType: ps/protocol_kernels.h.
 
 // One slice of a key as the scheduler placed it (kLocateReply payload record, 24 bytes).

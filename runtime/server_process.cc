@@ -93,7 +93,7 @@ int run_server_from_env() {
   server.on_control = [&](const ps::Header& h, std::span<const std::byte> payload) {
     if (h.type == ps::MsgType::kShutdown) {
       std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
-      auto code = static_cast<ErrorCode>(h.arg0);
+      auto code = h.shutdown_code();
       return end(code == ErrorCode::kOk ? Status() : Status(code, why));
     }
     if (h.type == ps::MsgType::kRegisterReply) server.set_resume_round(h.round);
@@ -123,8 +123,8 @@ int run_server_from_env() {
   ps::Header reg;
   ps::Reply reply;
   reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
-  reg.arg1 = rank;
+  reg.set_role(ps::Role::kServer);
+  reg.set_rank(rank);
   std::string addr_line = address;
   try {
     reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",
