@@ -160,7 +160,8 @@ void Server::check_init_slice(const Header& h) const {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
                              "it as [{}, +{}): init the slices LOCATE returned",
-                             h.key, h.slice(), h.offset, h.count, h.total, want->offset, want->count));
+                             h.key, h.slice(), h.offset, h.count, h.total, want->offset,
+                             want->count));
 }
 
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {

@@ -423,7 +423,8 @@ void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const s
                               const transport::Placement&) {
   if (h.type == MsgType::kShutdown) {
     std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
-    if (h.shutdown_code() != ErrorCode::kOk) PSRT_LOG_ERROR("the scheduler stopped the job: {}", why);
+    if (h.shutdown_code() != ErrorCode::kOk)
+      PSRT_LOG_ERROR("the scheduler stopped the job: {}", why);
     {
       std::lock_guard lock(state_mu_);
       ended_ = why.empty() ? "stopped by the scheduler" : why;
