@@ -287,13 +287,15 @@ std::vector<std::byte> encode_optimizer(const OptimizerConfig& c) {
 Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out) {
   if (bytes.size() != kOptimizerRecordBytes)
     return bad(fmt::format("optimizer record of {} bytes", bytes.size()));
-  OptimizerConfig c;
-  c.lr = std::bit_cast<float>(load<std::uint32_t>(&bytes[0]));
-  c.momentum = std::bit_cast<float>(load<std::uint32_t>(&bytes[4]));
-  c.dampening = std::bit_cast<float>(load<std::uint32_t>(&bytes[8]));
-  c.weight_decay = std::bit_cast<float>(load<std::uint32_t>(&bytes[12]));
+  auto f32 = [&](std::size_t at) { return std::bit_cast<float>(load<std::uint32_t>(&bytes[at])); };
   const auto flags = load<std::uint32_t>(&bytes[16]);
-  c.max_grad_norm = std::bit_cast<float>(load<std::uint32_t>(&bytes[20]));
+  const OptimizerConfig c{.lr = f32(0),
+                          .momentum = f32(4),
+                          .dampening = f32(8),
+                          .weight_decay = f32(12),
+                          .nesterov = (flags & kOptimizerNesterov) != 0,
+                          .max_grad_norm = f32(20),
+                          .skip_nonfinite = (flags & kOptimizerSkipNonfinite) != 0};
   if ((flags & ~(kOptimizerNesterov | kOptimizerSkipNonfinite)) != 0)
     return Status(ErrorCode::kInvalidArgument,
                   fmt::format("optimizer flags {:#x} hold unknown bits (known: nesterov {:#x}, "
@@ -308,8 +310,6 @@ Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out) 
                               "max_grad_norm={}: values must be finite and >= 0 (dampening in "
                               "[0, 1])",
                               c.lr, c.momentum, c.dampening, c.weight_decay, c.max_grad_norm));
-  c.nesterov = (flags & kOptimizerNesterov) != 0;
-  c.skip_nonfinite = (flags & kOptimizerSkipNonfinite) != 0;
   if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
     return Status(ErrorCode::kInvalidArgument,
                   "Nesterov momentum requires a momentum > 0 and zero dampening");

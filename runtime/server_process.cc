@@ -21,13 +21,13 @@ ps::ServerConfig server_config_from_env() {
   ps::ServerConfig c;
   c.mode = ps::parse_mode(env_string("PSRT_MODE"));
   c.staleness = static_cast<std::uint64_t>(env_int("PSRT_STALENESS", 0, 1 << 20));
-  c.sgd.lr = env_float("PSRT_LR");
-  c.sgd.momentum = env_float("PSRT_MOMENTUM");
-  c.sgd.dampening = env_float("PSRT_DAMPENING");
-  c.sgd.weight_decay = env_float("PSRT_WEIGHT_DECAY");
-  c.sgd.nesterov = env_bool("PSRT_NESTEROV");
-  c.sgd.max_grad_norm = env_float("PSRT_MAX_GRAD_NORM");
-  c.sgd.skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE");
+  c.sgd = {.lr = env_float("PSRT_LR"),
+           .momentum = env_float("PSRT_MOMENTUM"),
+           .dampening = env_float("PSRT_DAMPENING"),
+           .weight_decay = env_float("PSRT_WEIGHT_DECAY"),
+           .nesterov = env_bool("PSRT_NESTEROV"),
+           .max_grad_norm = env_float("PSRT_MAX_GRAD_NORM"),
+           .skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE")};
   OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(ps::encode_optimizer(c.sgd), checked); !s.ok())
     throw Error(ErrorCode::kInvalidArgument,
