@@ -21,12 +21,6 @@ namespace {
 
 Error refuse(ErrorCode code, std::string message) { return Error(code, std::move(message)); }
 
-bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
-  return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
-         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov &&
-         a.max_grad_norm == b.max_grad_norm && a.skip_nonfinite == b.skip_nonfinite;
-}
-
 }  // namespace
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {
@@ -100,24 +94,24 @@ Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
                                "unregistered or was declared lost)",
                                to_string(h.type), peer.name()));
   }
-  Slice* s = find(h.key, h.arg0);
+  Slice* s = find(h.key, h.slice());
   if (!s)
     throw refuse(ErrorCode::kNotFound,
                  fmt::format("unknown key {} (slice {}) on this server: call init() for the key "
                              "before pushing or pulling it",
-                             h.key, h.arg0));
+                             h.key, h.slice()));
   if (s->offset != h.offset || s->count != h.count || s->total != h.total)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("{} of key {} slice {} for elements [{}, +{}) of {}, but the slice "
                              "holds [{}, +{}) of {}: wrong length",
-                             to_string(h.type), h.key, h.arg0, h.offset, h.count, h.total,
+                             to_string(h.type), h.key, h.slice(), h.offset, h.count, h.total,
                              s->offset, s->count, s->total));
   return *s;
 }
 
 namespace {
 
-// True when the checkpoint manifest in `dir` places slice h.arg0 of key h.key as [h.offset,
+// True when the checkpoint manifest in `dir` places slice h.slice() of key h.key as [h.offset,
 // +h.count) of h.total.
 bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header& h) {
   if (dir.empty() || num_servers == 0) return false;
@@ -125,7 +119,7 @@ bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header
     ShardMap map(num_servers, 4);
     if (!read_manifest(dir, map) || map.total(h.key) != h.total) return false;
     for (const auto& s : *map.find(h.key))
-      if (s.index == h.arg0) return s.offset == h.offset && s.count == h.count;
+      if (s.index == h.slice()) return s.offset == h.offset && s.count == h.count;
   } catch (const Error&) {
   }
   return false;
@@ -136,7 +130,7 @@ bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header
 void Server::check_init_slice(const Header& h) const {
   // A resumed slice is checked against its checkpoint file instead (its cut may be older).
   if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
-  const auto want = slice_bounds(h.total, config_.partition_bytes, h.arg0);
+  const auto want = slice_bounds(h.total, config_.partition_bytes, h.slice());
   if ((!want || want->offset != h.offset || want->count != h.count) &&
       in_manifest(config_.checkpoint_dir, config_.num_servers, h))
     return;  // cut by an earlier run with another --partition-bytes, not resumed yet
@@ -144,12 +138,13 @@ void Server::check_init_slice(const Header& h) const {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} of {} elements: the shard map has no such "
                              "slice (--partition-bytes {}); init the slices LOCATE returned",
-                             h.key, h.arg0, h.total, config_.partition_bytes));
+                             h.key, h.slice(), h.total, config_.partition_bytes));
   if (want->offset != h.offset || want->count != h.count)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
                              "it as [{}, +{}): init the slices LOCATE returned",
-                             h.key, h.arg0, h.offset, h.count, h.total, want->offset, want->count));
+                             h.key, h.slice(), h.offset, h.count, h.total, want->offset,
+                             want->count));
 }
 
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
@@ -163,7 +158,7 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
                              "without pulling; pull (or push_pull) to wait for the rounds",
-                             rank, w->second.queued.size(), h.key, h.arg0));
+                             rank, w->second.queued.size(), h.key, h.slice()));
   // Queued and arriving gradients of a slice share one dtype (this check keeps it so): one of
   // them tells. A push still arriving counts: it is queued once it landed, and an update must
   // never read gradients of two dtypes as one.
@@ -177,13 +172,13 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("key {} slice {} is pushed as {} by one worker and {} by worker {} in "
                              "the same round: push a key in one dtype",
-                             h.key, h.arg0, to_string(*current), to_string(h.dtype), rank));
-  const float lr = std::bit_cast<float>(h.arg1);
+                             h.key, h.slice(), to_string(*current), to_string(h.dtype), rank));
+  const float lr = h.learning_rate();
   if (!std::isfinite(lr) || lr < 0.f)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("{} of key {} slice {} carries learning rate {}: it must be a "
                              "finite number >= 0",
-                             to_string(h.type), h.key, h.arg0, lr));
+                             to_string(h.type), h.key, h.slice(), lr));
   return lr;
 }
 
@@ -296,17 +291,17 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
   Slice* s = nullptr;
   {
     std::unique_lock lock(slices_mu_);
-    auto& slot = slices_[{h.key, h.arg0}];
+    auto& slot = slices_[{h.key, h.slice()}];
     if (!slot) {
       auto fresh = std::make_unique<Slice>();
       fresh->key = h.key;
-      fresh->index = h.arg0;
+      fresh->index = h.slice();
       fresh->offset = h.offset;
       fresh->count = h.count;
       fresh->total = h.total;
       try {
         if (config_.resume_round > 0) {
-          SliceRecord rec{0, h.arg0, h.offset, h.count};
+          SliceRecord rec{0, h.slice(), h.offset, h.count};
           SliceState st =
               read_slice_checkpoint(config_.checkpoint_dir, config_.resume_round, h.key, rec, h.total);
           fresh->weights = std::move(st.weights);
@@ -317,7 +312,7 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
         }
         if (gpu_) init_on_device(*fresh);
       } catch (const Error& e) {
-        slices_.erase({h.key, h.arg0});
+        slices_.erase({h.key, h.slice()});
         lock.unlock();
         PSRT_LOG_ERROR("{}", e.what());
         return peer.send_error(h.request_id, e.code(), e.what(), false);
@@ -333,14 +328,14 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
     return peer.send_error(
         h.request_id, ErrorCode::kInvalidArgument,
         fmt::format("init of key {} slice {} as [{}, +{}) of {}, but it exists as [{}, +{}) of {}",
-                    h.key, h.arg0, h.offset, h.count, h.total, s->offset, s->count, s->total),
+                    h.key, h.slice(), h.offset, h.count, h.total, s->offset, s->count, s->total),
         false);
   Header r;
   r.type = MsgType::kInitReply;
   r.request_id = h.request_id;
   r.key = h.key;
-  r.arg0 = h.arg0;
-  r.arg1 = stored ? 1 : 0;
+  r.set_slice(h.slice());
+  r.set_stored(stored);
   {
     std::lock_guard lock(s->mu);
     r.round = s->version;
@@ -349,12 +344,12 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
 }
 
 void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  kernels::SgdConfig c;
+  OptimizerConfig c;
   if (Status st = decode_optimizer(payload, c); !st.ok())
     return peer.send_error(h.request_id, st.code(), st.message(), false);
   {
     std::lock_guard lock(sgd_mu_);
-    if (!same(c, config_.sgd)) {
+    if (c != config_.sgd) {
       if (sgd_set_by_worker_)
         return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
                                fmt::format("{} sets a different optimizer than another worker "
@@ -501,7 +496,7 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
     r.offset = s.offset;
     r.count = s.count;
     r.total = s.total;
-    r.arg0 = s.index;
+    r.set_slice(s.index);
     {
       std::lock_guard lock(s.mu);
       r.round = s.version;
@@ -538,7 +533,7 @@ void Server::submit(Update u) {
 
 void Server::run_update(Update& u) {
   Slice& s = *u.slice;
-  kernels::SgdConfig cfg;
+  OptimizerConfig cfg;
   {
     std::lock_guard lock(sgd_mu_);
     cfg = config_.sgd;
@@ -732,7 +727,7 @@ void Server::stop_job(const Status& why) {
   if (!on_control) return;
   Header stop;
   stop.type = MsgType::kShutdown;
-  stop.arg0 = static_cast<std::uint32_t>(why.code());
+  stop.set_error_code(why.code());
   on_control(stop, as_bytes(why.message()));
 }
 

@@ -51,7 +51,7 @@ namespace psrt::ps {
 struct ServerConfig {
   Mode mode = Mode::kSync;
   std::uint64_t staleness = 0;
-  kernels::SgdConfig sgd;
+  OptimizerConfig sgd;
   bool average = true;         // mean of the N gradients (false: their sum)
   std::string checkpoint_dir;  // empty: no checkpoints
   std::uint64_t checkpoint_every = 0;
@@ -219,7 +219,7 @@ class Server final : public Handler {
   void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);
   void after_receive_on_device(GradBuf& g);
   void init_on_device(Slice& s);
-  kernels::StepResult update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+  kernels::StepResult update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                        bool checkpoint_due);
   void on_device_info(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);

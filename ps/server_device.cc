@@ -82,7 +82,7 @@ void Server::init_on_device(Slice& s) {
   }
 }
 
-kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+kernels::StepResult Server::update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                              bool checkpoint_due) {
   Gpu& gpu = *gpu_;
   const std::size_t bytes = s.count * sizeof(float);
@@ -172,7 +172,7 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
   } catch (const Error& e) {
     // Not the peer's fault as a rule (another container, no peer access): refuse this request
     // and keep the connection, so the worker can say what to change.
-    PSRT_LOG_WARN("{} of key {} slice {} from {}: {}", to_string(h.type), h.key, h.arg0,
+    PSRT_LOG_WARN("{} of key {} slice {} from {}: {}", to_string(h.type), h.key, h.slice(),
                   peer.name(), e.what());
     return peer.send_error(h.request_id, e.code(),
                            fmt::format("CUDA IPC on {}: {} (set PSRT_CUDA_IPC=0 on the workers "
@@ -232,7 +232,7 @@ void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
     r.type = MsgType::kPullIpcReply;
     r.request_id = w.request_id;
     r.key = s.key;
-    r.arg0 = s.index;
+    r.set_slice(s.index);
     {
       std::lock_guard lock(s.mu);
       r.round = s.version;

@@ -62,8 +62,8 @@ struct TestServer {
     }
     Header reg;
     reg.type = MsgType::kRegister;
-    reg.arg0 = static_cast<std::uint32_t>(Role::kServer);
-    reg.arg1 = 0;
+    reg.set_role(Role::kServer);
+    reg.set_rank(0);
     requests.call(*peer, reg, encode_lines({&address, 1}), "REGISTER", 10s);
   }
 
@@ -123,7 +123,7 @@ struct TestWorker {
   void connect(const std::string& scheduler_address) {
     raw = test::connect_raw_worker("tcp", kSecret, handler, scheduler_address);
   }
-  void register_worker() { rank = test::register_raw_worker(raw, handler.requests).header.arg0; }
+  void register_worker() { rank = test::register_raw_worker(raw, handler.requests).header.assigned_rank(); }
   void connect_server(const std::string& address) {
     server = raw.endpoint->connect(*raw.transport, address, rank, Role::kServer, 0, 10s);
   }
@@ -160,7 +160,7 @@ struct TestWorker {
     h.type = type;
     h.dtype = WireType::kF32;
     h.key = kKey;
-    h.arg0 = 0;  // slice index
+    h.set_slice(0);
     h.count = count;
     h.total = count;
     return h;
@@ -176,7 +176,7 @@ struct TestWorker {
     Header h = slice_header(MsgType::kPush, count);
     h.key = key;
     h.dtype = WireType::kF32;
-    h.arg1 = std::bit_cast<std::uint32_t>(lr);
+    h.set_learning_rate(lr);
     auto f = start(h, grad);
     return wait(f);
   }
@@ -241,7 +241,7 @@ class ServerSchedulerTest : public ::testing::Test {
       w->connect_server(server->address);
     auto [status, reply] = worker[0]->init();
     ASSERT_TRUE(status.ok()) << status.message();
-    ASSERT_EQ(reply.arg1, 1u) << "the first INIT stores the slice";
+    ASSERT_TRUE(reply.stored()) << "the first INIT stores the slice";
   }
 
   void TearDown() override {
@@ -367,7 +367,7 @@ TEST_F(ServerSchedulerTest, BadMessagesAreRefusedAndChangeNothing) {
   // The scheduler: a second REGISTER on one connection, it closes that connection, so last.
   Header reg;
   reg.type = MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(Role::kWorker);
+  reg.set_role(Role::kWorker);
   expect_refused(worker[0]->wait_call(worker[0]->raw.scheduler, reg), ErrorCode::kProtocol,
                  "REGISTER twice");
 }
