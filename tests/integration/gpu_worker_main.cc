@@ -115,8 +115,9 @@ void no_device(psrt::Worker& w) {
 int main(int argc, char** argv) {
   if (argc < 2) fail("usage: gpu_worker device-exact|no-device [--rounds R] [--grad fp32|bf16]");
   const std::string scenario = argv[1];
-  int rounds = 3;
-  bool bf16 = false;
+  // Read by the CUDA build only.
+  [[maybe_unused]] int rounds = 3;
+  [[maybe_unused]] bool bf16 = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--rounds") rounds = std::atoi(v.c_str());

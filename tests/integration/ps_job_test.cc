@@ -131,7 +131,9 @@ TEST(Job, SspKeepsEveryWorkerWithinTheStalenessBound) {
       EXPECT_LE(ahead, static_cast<std::uint64_t>(k)) << l.dump();
       max_ahead = std::max(max_ahead, ahead);
     }
-    if (k > 0) EXPECT_GT(max_ahead, 0u) << "the slow workers never let anyone run ahead";
+    if (k > 0) {
+      EXPECT_GT(max_ahead, 0u) << "the slow workers never let anyone run ahead";
+    }
   }
 }
 

@@ -465,8 +465,12 @@ TEST(SecureMitm, AlteredHandshakeFailsTheConnect) {
     // An altered HELLO gives the two ends different keys: neither CONFIRM verifies. An altered
     // CONFIRM of the client fails only at the server: the client, which verified the server's,
     // may have connected and sees the connection closed at once.
-    if (frame == 0) EXPECT_FALSE(conn) << "an altered HELLO must not connect";
-    if (conn) EXPECT_TRUE(client_rx->wait_closed(1, 5s));
+    if (frame == 0) {
+      EXPECT_FALSE(conn) << "an altered HELLO must not connect";
+    }
+    if (conn) {
+      EXPECT_TRUE(client_rx->wait_closed(1, 5s));
+    }
     std::this_thread::sleep_for(50ms);
     EXPECT_TRUE(server_rx->connected().empty()) << "frame " << frame;
     client->shutdown();
@@ -506,8 +510,12 @@ TEST(SecureMitm, FrameFromAnotherConnectionIsRefused) {
       << closed[0].why.message();
   int from_a = 0, from_b = 0;
   for (const auto& m : server_rx->messages()) {
-    if (m.header.starts_with("A ")) EXPECT_EQ(m.header, "A " + header_of(from_a++));
-    if (m.header.starts_with("B ")) EXPECT_EQ(m.header, "B " + header_of(from_b++));
+    if (m.header.starts_with("A ")) {
+      EXPECT_EQ(m.header, "A " + header_of(from_a++));
+    }
+    if (m.header.starts_with("B ")) {
+      EXPECT_EQ(m.header, "B " + header_of(from_b++));
+    }
   }
   EXPECT_EQ(from_a, kSent) << "the connection the frame was taken from is untouched";
   EXPECT_EQ(from_b, kTampered) << "nothing from the spliced frame on";
