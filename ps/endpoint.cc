@@ -438,7 +438,7 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
 }
 
 void Endpoint::on_hello(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, why}); };
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
   if (h.type != MsgType::kHello)
     return fail(ErrorCode::kAuthentication,
                 fmt::format("{} before authentication: send HELLO first", to_string(h.type)));
@@ -456,7 +456,7 @@ void Endpoint::on_hello(Peer& peer, const Header& h, std::span<const std::byte> 
 }
 
 void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, why}); };
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
   if (h.type != MsgType::kAuth)
     return fail(ErrorCode::kAuthentication,
                 fmt::format("{} before authentication: send AUTH", to_string(h.type)));
@@ -506,7 +506,7 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
 }
 
 void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, why}); };
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
   if (h.type != MsgType::kChallenge)
     return fail(ErrorCode::kProtocol,
                 fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
@@ -527,7 +527,7 @@ void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::by
 }
 
 void Endpoint::on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, why}); };
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
   if (h.type != MsgType::kWelcome)
     return fail(ErrorCode::kProtocol,
                 fmt::format("expected WELCOME, got {}", to_string(h.type)));

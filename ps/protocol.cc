@@ -58,11 +58,9 @@ Body body_of(MsgType t) {
 std::size_t fixed_size(const Header& h) {
   switch (h.type) {
     case MsgType::kHello:
-      return kNonceBytes;
     case MsgType::kChallenge:
       return kNonceBytes;
     case MsgType::kWelcome:
-      return kDigestBytes;
     case MsgType::kAuth:
       return kDigestBytes;
     case MsgType::kSetOptimizer:

@@ -71,7 +71,7 @@ bool Handle::ready() const {
 using ps::Header;
 using ps::MsgType;
 
-Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
+Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
   if (options_.scheduler.empty())
     throw Error(ErrorCode::kInvalidArgument, "no scheduler address: set PSRT_SCHEDULER");
   if (options_.secret.empty())
@@ -333,9 +333,9 @@ std::vector<Worker::Impl::SlicePlan> Worker::Impl::plan_data_op(const DataOp& d)
 namespace {
 
 // A reply that lands in pinned memory and reaches `dest` by one more copy before completion.
-ps::Requests::Done reply_through_staging(std::shared_ptr<detail::HandleState> st,
+ps::Requests::Done reply_through_staging(const std::shared_ptr<detail::HandleState>& st,
                                          ps::DeviceStaging* staging,
-                                         std::shared_ptr<device::PinnedMemory> pinned,
+                                         const std::shared_ptr<device::PinnedMemory>& pinned,
                                          MutableBuffer dest) {
   return [st, staging, pinned, dest](const Status& status, const ps::Header&,
                                      std::span<const std::byte>) {
@@ -360,8 +360,8 @@ ps::Requests::Done reply_through_staging(std::shared_ptr<detail::HandleState> st
 // slices go on meanwhile.
 void send_through_staging(const std::shared_ptr<ps::Peer>& peer, const ps::Header& h,
                           ConstBuffer src, ps::DeviceStaging* staging,
-                          std::shared_ptr<device::PinnedMemory> pinned,
-                          std::function<void(const Status&)> on_sent) {
+                          const std::shared_ptr<device::PinnedMemory>& pinned,
+                          const std::function<void(const Status&)>& on_sent) {
   try {
     staging->copy_then(pinned->data(), src.data, src.size,
                        [h, peer, pinned, staging, on_sent, size = src.size](const Status& copied) {

@@ -40,7 +40,7 @@ struct HandleState {
 
 class Worker::Impl final : public ps::Handler {
  public:
-  explicit Impl(const WorkerOptions& options);
+  explicit Impl(WorkerOptions options);
   ~Impl() override;
 
   int rank() const { return static_cast<int>(rank_); }

@@ -79,7 +79,7 @@ void device_exact(psrt::Worker& w, int rounds, bool bf16) {
       check(cudaMemcpy(host.data(), d_weights, count * 4, cudaMemcpyDeviceToHost),
             "cudaMemcpy weights");
       for (std::size_t i = 0; i < count; ++i) {
-        double expect = static_cast<double>(init[i]);
+        auto expect = static_cast<double>(init[i]);
         for (int u = 0; u <= t; ++u) expect -= (u + 1) * (n + 1) / 2.0 + static_cast<double>(i % 7);
         if (host[i] != static_cast<float>(expect))
           fail("key " + std::to_string(k) + " round " + std::to_string(t) + " element " +

@@ -67,7 +67,7 @@ Status exchange(Client& client, ps::Peer& peer, ps::Header h, ConstBuffer payloa
 // released: a message left half-sent, as a slow or hostile peer leaves it.
 class Relay {
  public:
-  explicit Relay(const std::string& target) : target_(target) {
+  explicit Relay(std::string target) : target_(std::move(target)) {
     listen_ = transport::listen_tcp("127.0.0.1:0", address_);
     thread_ = std::thread([this] { run(); });
   }

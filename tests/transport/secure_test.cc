@@ -265,8 +265,9 @@ class Relay {
       const auto payload_len = wire::load<std::uint64_t>(cbuf_.data() + 8);
       const std::size_t total = kPrefix + header_len + payload_len;
       if (cbuf_.size() < total) return;
-      std::vector<std::byte> frame(cbuf_.begin(), cbuf_.begin() + total);
-      cbuf_.erase(cbuf_.begin(), cbuf_.begin() + total);
+      const auto end = cbuf_.begin() + static_cast<std::ptrdiff_t>(total);
+      std::vector<std::byte> frame(cbuf_.begin(), end);
+      cbuf_.erase(cbuf_.begin(), end);
       const int index = frames_++;
       if (index == at_) {
         if (tamper_ == Tamper::kFlipHeader) frame[kPrefix + header_len - 17] ^= std::byte{0x01};

@@ -113,7 +113,9 @@ CLI::App* add_peer_command(CLI::App& app, PeerConfig& c) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// CLI11's and the allocator's exceptions end psbench with the runtime's message; psrt::Error is
+// caught below.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   CLI::App app{"psbench: psrt benchmarks; one JSON object per measurement on stdout"};
   app.require_subcommand(1);
   psrt::bench::TransportBenchConfig tc;

@@ -10,7 +10,7 @@ constexpr int kSocketBufferBytes = 4 << 20;
 }  // namespace
 
 TcpContext::TcpContext(std::shared_ptr<Receiver> receiver, Options options)
-    : options_(options), receiver_(std::move(receiver)), loop_("tcp", options.spin) {}
+    : options_(std::move(options)), receiver_(std::move(receiver)), loop_("tcp", options_.spin) {}
 
 TcpContext::~TcpContext() = default;
 

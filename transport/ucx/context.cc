@@ -16,7 +16,7 @@
 namespace psrt::transport::ucx {
 
 UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
-    : options_(options), receiver_(std::move(receiver)), loop_("ucx", options.spin) {
+    : options_(std::move(options)), receiver_(std::move(receiver)), loop_("ucx", options_.spin) {
   ucp_config_t* config = nullptr;
   PSRT_UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
   ucp_params_t params{};
