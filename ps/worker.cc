@@ -419,8 +419,8 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   } else if (!plan.grad_pinned) {
     server.send(h, {&src, 1}, on_sent);
   } else {
-    send_through_staging(servers_[s.server], h, src, plan.grad_staging, std::move(plan.grad_pinned),
-                         on_sent);
+    const auto pinned = std::move(plan.grad_pinned);
+    send_through_staging(servers_[s.server], h, src, plan.grad_staging, pinned, on_sent);
   }
 }
 

@@ -148,7 +148,7 @@ class Events {
 // host launch gap.
 template <typename Op>
 std::vector<double> time_on_stream(cudaStream_t stream, int warmup, int iters, Op&& op) {
-  const auto total = static_cast<std::size_t>(warmup + iters);
+  const auto total = static_cast<std::size_t>(warmup) + static_cast<std::size_t>(iters);
   Events events(2 * total);
   for (std::size_t i = 0; i < total; ++i) {
     PSRT_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
@@ -157,7 +157,7 @@ std::vector<double> time_on_stream(cudaStream_t stream, int warmup, int iters, O
   }
   PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> seconds;
-  for (std::size_t i = static_cast<std::size_t>(warmup); i < total; ++i) {
+  for (auto i = static_cast<std::size_t>(warmup); i < total; ++i) {
     float ms = 0.f;
     PSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
     seconds.push_back(static_cast<double>(ms) * 1e-3);
@@ -173,8 +173,8 @@ std::vector<std::byte> random_values(kernels::DType dtype, std::size_t count, st
   std::vector<std::byte> out(count * size);
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint64_t r = rng();
-    const std::uint32_t sign = static_cast<std::uint32_t>(r & 1u);
-    const std::uint32_t exp_offset = static_cast<std::uint32_t>((r >> 1) % 9);  // 2^-8 .. 2^0
+    const auto sign = static_cast<std::uint32_t>(r & 1u);
+    const auto exp_offset = static_cast<std::uint32_t>((r >> 1) % 9);  // 2^-8 .. 2^0
     const auto mantissa = static_cast<std::uint32_t>(r >> 8);
     if (dtype == kernels::DType::kF32) {
       const std::uint32_t bits = sign << 31 | (119 + exp_offset) << 23 | (mantissa & 0x7fffffu);
@@ -350,7 +350,8 @@ void run_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t par
 
   // What the server waits for: the public blocking call, host wall time.
   std::vector<double> blocking_times;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(c.warmup + c.iters); ++i) {
+  const std::size_t runs = static_cast<std::size_t>(c.warmup) + static_cast<std::size_t>(c.iters);
+  for (std::size_t i = 0; i < runs; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     kernels::fused_sgd_cuda(std::span<const kernels::SliceUpdate>(&updates[i % l.sets], 1), cfg,
                             stream.get());
