@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # tests' output. Errors and warnings still print, and ctest keeps --output-on-failure.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test test-sanitize fuzz demo check-layers clean
+.PHONY: all deps configure build test test-sanitize fuzz demo check-layers tidy long-functions clean
 
 all: build
 
@@ -75,5 +75,16 @@ demo: configure
 check-layers:
 	@scripts/check_layers.sh
 
+# clang-tidy 14 (.clang-tidy) over every project .cc but tests/fuzz, on a configuration of its
+# own without LibTorch (scripts/tidy.sh says why); fails on any diagnostic. Needs no build: the
+# compile commands are enough.
+tidy: deps
+	@cmake -S . -B $(BUILD)-tidy -DCMAKE_BUILD_TYPE=Release -DPSRT_WITH_TORCH=OFF $(CMAKE_ARGS) >/dev/null
+	@scripts/tidy.sh $(BUILD)-tidy $(JOBS)
+
+# The functions of ps/, runtime/, tools/ and libtorch/ over 80 lines, longest first.
+long-functions:
+	@scripts/long_functions.sh
+
 clean:
-	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz $(BUILD)-tidy

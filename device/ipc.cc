@@ -28,7 +28,7 @@ namespace {
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
 GetAddressRange address_range_fn() {
-  static GetAddressRange fn =
+  static auto fn =
       reinterpret_cast<GetAddressRange>(detail::driver_function("cuMemGetAddressRange"));
   return fn;
 }
@@ -95,6 +95,7 @@ IpcRecord IpcExporter::describe(const void* p, std::size_t bytes) {
                             bytes, p, size));
   IpcRecord r;
   cudaIpcMemHandle_t mh{};
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): the driver hands the allocation base as a number
   PSRT_CUDA_CHECK(cudaIpcGetMemHandle(&mh, reinterpret_cast<void*>(base)));
   static_assert(sizeof(mh) == kIpcHandleBytes);
   std::memcpy(r.memory.data(), &mh, kIpcHandleBytes);

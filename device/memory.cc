@@ -32,7 +32,7 @@ namespace {
 // Whether `device`'s primary context exists (cuDevicePrimaryCtxGetState, device/driver.h).
 bool primary_context_active(int device) {
   using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
-  static GetState fn =
+  static auto fn =
       reinterpret_cast<GetState>(detail::driver_function("cuDevicePrimaryCtxGetState"));
   unsigned int flags = 0;
   int active = 0;

@@ -25,9 +25,12 @@ MutableBuffer view_of(const at::Tensor& t) {
 
 at::ScalarType wire_type(GradType t) {
   switch (t) {
-    case GradType::kF16: return at::kHalf;
-    case GradType::kBF16: return at::kBFloat16;
-    case GradType::kF32: break;
+    case GradType::kF16:
+      return at::kHalf;
+    case GradType::kBF16:
+      return at::kBFloat16;
+    case GradType::kF32:
+      break;
   }
   return at::kFloat;
 }
@@ -40,29 +43,48 @@ Key key_of(const std::string& parameter_name) {
 
 DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Options options)
     : worker_(worker), options_(options) {
+  const auto slot_of = add_slots(model);
+  const auto modules = map_modules(model, slot_of);
+  join();
+  hook(modules);
+  pump_thread_ = std::thread([this] { pump(); });
+  PSRT_LOG_INFO("DistributedOptimizer: {} parameters ({} bytes of gradients per step) as keys",
+                slots_.size(), [this] {
+                  std::size_t b = 0;
+                  for (auto& s : slots_)
+                    b += s.bytes;
+                  return b;
+                }());
+}
+
+void DistributedOptimizer::Impl::check_parameter(const std::string& name, const at::Tensor& p) {
+  if (!p.device().is_cpu() && !p.device().is_cuda())
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("parameter '{}' is on {}: psrt trains CPU and CUDA tensors", name,
+                            p.device().str()));
+  if (p.scalar_type() != at::kFloat)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("parameter '{}' is {}; psrt keeps fp32 weights: convert the model "
+                            "with model->to(torch::kFloat)",
+                            name, c10::toString(p.scalar_type())));
+  if (!p.is_contiguous())
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("parameter '{}' is not contiguous", name));
+  if (!p.requires_grad())
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("parameter '{}' does not require a gradient (frozen): every "
+                            "parameter of the model is trained through the servers; give the "
+                            "optimizer a module without frozen parameters",
+                            name));
+}
+
+std::unordered_map<const c10::TensorImpl*, int> DistributedOptimizer::Impl::add_slots(
+    ::torch::nn::Module& model) {
   std::unordered_map<Key, std::string> names_by_key;
   std::unordered_map<const c10::TensorImpl*, int> slot_of;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const at::Tensor& p = item.value();
     const std::string& name = item.key();
-    if (!p.device().is_cpu() && !p.device().is_cuda())
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("parameter '{}' is on {}: psrt trains CPU and CUDA tensors", name,
-                              p.device().str()));
-    if (p.scalar_type() != at::kFloat)
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("parameter '{}' is {}; psrt keeps fp32 weights: convert the model "
-                              "with model->to(torch::kFloat)",
-                              name, c10::toString(p.scalar_type())));
-    if (!p.is_contiguous())
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("parameter '{}' is not contiguous", name));
-    if (!p.requires_grad())
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("parameter '{}' does not require a gradient (frozen): every "
-                              "parameter of the model is trained through the servers; give the "
-                              "optimizer a module without frozen parameters",
-                              name));
+    check_parameter(name, p);
     if (auto it = slot_of.find(p.unsafeGetTensorImpl()); it != slot_of.end())
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("parameters '{}' and '{}' are one tensor (tied weights), which "
@@ -84,7 +106,11 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
   }
   if (slots_.empty())
     throw Error(ErrorCode::kInvalidArgument, "the model has no parameters to train");
+  return slot_of;
+}
 
+std::vector<const ::torch::nn::Module*> DistributedOptimizer::Impl::map_modules(
+    ::torch::nn::Module& model, const std::unordered_map<const c10::TensorImpl*, int>& slot_of) {
   // Each module waits for its own parameters and its children's.
   std::vector<const ::torch::nn::Module*> modules{&model};
   module_slots_[&model] = all_slots_;
@@ -95,22 +121,30 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
     module_slots_[item.value().get()] = std::move(indices);
     modules.push_back(item.value().get());
   }
+  return modules;
+}
 
+void DistributedOptimizer::Impl::join() {
   // Every worker starts from rank 0's values (or the job's checkpoint, which init keeps).
   if (options_.set_sgd) worker_.set_optimizer(options_.sgd);
   if (worker_.rank() == 0) {
     ::torch::NoGradGuard no_grad;
-    for (auto& s : slots_) worker_.init(s.key, floats_of(s.param.cpu()));
+    for (auto& s : slots_)
+      worker_.init(s.key, floats_of(s.param.cpu()));
   }
   worker_.barrier();
   {
     ::torch::NoGradGuard no_grad;
     std::vector<Handle> pulls;
-    for (auto& s : slots_) pulls.push_back(worker_.pull(s.key, view_of(s.param)));
-    for (auto& h : pulls) h.wait();
+    for (auto& s : slots_)
+      pulls.push_back(worker_.pull(s.key, view_of(s.param)));
+    for (auto& h : pulls)
+      h.wait();
   }
-
   worker_.set_learning_rate(0.f);  // the configured rate until set_learning_rate()
+}
+
+void DistributedOptimizer::Impl::hook(const std::vector<const ::torch::nn::Module*>& modules) {
   int hooked = 0;
   try {
     for (; hooked < static_cast<int>(slots_.size()); ++hooked) {
@@ -120,27 +154,23 @@ DistributedOptimizer::Impl::Impl(Worker& worker, ::torch::nn::Module& model, Opt
     }
     detail::register_modules(modules, this);
   } catch (...) {
-    for (int i = 0; i < hooked; ++i) slots_[i].param.remove_hook(slots_[i].hook);
+    for (int i = 0; i < hooked; ++i)
+      slots_[i].param.remove_hook(slots_[i].hook);
     throw;
   }
-  pump_thread_ = std::thread([this] { pump(); });
-  PSRT_LOG_INFO("DistributedOptimizer: {} parameters ({} bytes of gradients per step) as keys",
-                slots_.size(), [this] {
-                  std::size_t b = 0;
-                  for (auto& s : slots_) b += s.bytes;
-                  return b;
-                }());
 }
 
 DistributedOptimizer::Impl::~Impl() {
   detail::unregister_owner(this);
-  for (auto& s : slots_) s.param.remove_hook(s.hook);
+  for (auto& s : slots_)
+    s.param.remove_hook(s.hook);
   // Every issued operation must be over, and its gradient bytes released by the transport,
   // before the gradients are freed: wait for each one, whatever the others did.
   std::vector<Handle> handles;
   {
     std::lock_guard lock(mu_);
-    for (int i : pending_) slots_[i].queued = false;
+    for (int i : pending_)
+      slots_[i].queued = false;
     pending_.clear();
     for (auto& s : slots_) {
       handles.push_back(s.push);
@@ -158,8 +188,8 @@ DistributedOptimizer::Impl::~Impl() {
     h.wait_sent_for(options_.timeout);
   }
   if (failed)
-    PSRT_LOG_WARN("DistributedOptimizer: {} operations failed before shutdown, first: {}",
-                  failed, first);
+    PSRT_LOG_WARN("DistributedOptimizer: {} operations failed before shutdown, first: {}", failed,
+                  first);
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -234,8 +264,7 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
     }
     if (options_.grad_type == GradType::kF32) {
       // One message per slice each way; the reply lands in the parameter itself.
-      s.push = s.pull =
-          worker_.push_pull(s.key, view_of(s.grad), GradType::kF32, view_of(s.param));
+      s.push = s.pull = worker_.push_pull(s.key, view_of(s.grad), GradType::kF32, view_of(s.param));
     } else {
       s.push = worker_.push(s.key, view_of(s.grad), options_.grad_type);
       s.pull = worker_.pull(s.key, view_of(s.param));
@@ -290,7 +319,8 @@ void DistributedOptimizer::Impl::wait_slots(const std::vector<int>& indices, boo
       if (mark_gated) slots_[i].gated = true;
     }
   }
-  for (const auto& h : pulls) h.wait();
+  for (const auto& h : pulls)
+    h.wait();
 }
 
 void DistributedOptimizer::Impl::wait(const ::torch::nn::Module& module) {
@@ -313,8 +343,7 @@ void DistributedOptimizer::Impl::step() {
       if (!s.reached) {
         // Every key takes part in every round, so a parameter backward did not reach pushes 0.
         if (!s.zeros.defined())
-          s.zeros = at::zeros_like(s.param, s.param.options().dtype(
-                                                wire_type(options_.grad_type)));
+          s.zeros = at::zeros_like(s.param, s.param.options().dtype(wire_type(options_.grad_type)));
         enqueue_locked(i, s.zeros);
       }
       s.reached = false;
@@ -340,9 +369,11 @@ void DistributedOptimizer::Impl::synchronize() {
   std::vector<Handle> pushes;
   {
     std::lock_guard lock(mu_);
-    for (auto& s : slots_) pushes.push_back(s.push);
+    for (auto& s : slots_)
+      pushes.push_back(s.push);
   }
-  for (const auto& h : pushes) h.wait();
+  for (const auto& h : pushes)
+    h.wait();
 }
 
 // --- the public class ---
@@ -351,12 +382,24 @@ DistributedOptimizer::DistributedOptimizer(Worker& worker, ::torch::nn::Module& 
                                            Options options)
     : impl_(std::make_unique<Impl>(worker, model, options)) {}
 DistributedOptimizer::~DistributedOptimizer() = default;
-void DistributedOptimizer::zero_grad() { impl_->zero_grad(); }
-void DistributedOptimizer::step() { impl_->step(); }
-void DistributedOptimizer::synchronize() { impl_->synchronize(); }
-void DistributedOptimizer::set_learning_rate(float lr) { impl_->set_learning_rate(lr); }
-void DistributedOptimizer::wait(const ::torch::nn::Module& module) { impl_->wait(module); }
-std::int64_t DistributedOptimizer::steps() const { return impl_->steps(); }
+void DistributedOptimizer::zero_grad() {
+  impl_->zero_grad();
+}
+void DistributedOptimizer::step() {
+  impl_->step();
+}
+void DistributedOptimizer::synchronize() {
+  impl_->synchronize();
+}
+void DistributedOptimizer::set_learning_rate(float lr) {
+  impl_->set_learning_rate(lr);
+}
+void DistributedOptimizer::wait(const ::torch::nn::Module& module) {
+  impl_->wait(module);
+}
+std::int64_t DistributedOptimizer::steps() const {
+  return impl_->steps();
+}
 const std::vector<std::string>& DistributedOptimizer::parameter_names() const {
   return impl_->names();
 }

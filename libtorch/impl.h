@@ -1,6 +1,8 @@
 // DistributedOptimizer's state: one slot per parameter, the push queue, and the pump thread that
 // issues what push credit held back.
 #pragma once
+#include <torch/torch.h>
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -9,8 +11,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "psrt/torch.h"
 
@@ -33,11 +33,11 @@ class DistributedOptimizer::Impl {
   struct Slot {
     std::string name;
     Key key = 0;
-    at::Tensor param;     // pulled weights land in its storage
-    at::Tensor grad;      // what this step pushes (fp32, or fp16/bf16 bits); held until sent
-    at::Tensor zeros;     // pushed for a parameter that backward did not reach
+    at::Tensor param;  // pulled weights land in its storage
+    at::Tensor grad;   // what this step pushes (fp32, or fp16/bf16 bits); held until sent
+    at::Tensor zeros;  // pushed for a parameter that backward did not reach
     std::size_t bytes = 0;
-    float lr = 0.f;        // the learning rate of the step `grad` belongs to
+    float lr = 0.f;  // the learning rate of the step `grad` belongs to
     unsigned hook = 0;
     bool reached = false;  // a gradient arrived in this step
     bool queued = false;   // waiting in pending_ for push credit
@@ -51,6 +51,14 @@ class DistributedOptimizer::Impl {
     Handle push;
   };
 
+  // The constructor's steps: a slot per parameter (checked), the slots each module waits for,
+  // the first weights from rank 0 through the servers, then the gradient hooks.
+  static void check_parameter(const std::string& name, const at::Tensor& p);
+  std::unordered_map<const c10::TensorImpl*, int> add_slots(::torch::nn::Module& model);
+  std::vector<const ::torch::nn::Module*> map_modules(
+      ::torch::nn::Module& model, const std::unordered_map<const c10::TensorImpl*, int>& slot_of);
+  void join();
+  void hook(const std::vector<const ::torch::nn::Module*>& modules);
   void on_grad(int index, const at::Tensor& grad);
   void enqueue_locked(int index, at::Tensor grad);
   void dispatch_locked();  // issues queued gradients in forward order while credit lasts
@@ -69,8 +77,8 @@ class DistributedOptimizer::Impl {
   std::int64_t steps_ = 0;
 
   std::mutex mu_;
-  std::condition_variable cv_;        // pump: work queued or stop; waiters: a slot issued
-  std::set<int> pending_;             // slot indices in forward order
+  std::condition_variable cv_;  // pump: work queued or stop; waiters: a slot issued
+  std::set<int> pending_;       // slot indices in forward order
   std::deque<InFlight> in_flight_;
   std::size_t in_flight_bytes_ = 0;
   std::exception_ptr error_;

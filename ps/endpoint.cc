@@ -414,116 +414,127 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
 }
 
 void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, why}); };
   switch (peer.state_) {
-    case Peer::State::kAwaitHello: {
-      if (h.type != MsgType::kHello)
-        return fail(ErrorCode::kAuthentication,
-                    fmt::format("{} before authentication: send HELLO first", to_string(h.type)));
-      if (h.role_value() > static_cast<std::uint32_t>(Role::kWorker) ||
-          h.role_value() == static_cast<std::uint32_t>(Role::kScheduler))
-        return fail(ErrorCode::kProtocol,
-                    fmt::format("HELLO from unknown role {}", h.role_value()));
-      peer.role_ = static_cast<Role>(h.role_value());
-      peer.rank_ = h.rank();
-      std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
-      peer.my_nonce_ = random_nonce();
-      peer.state_ = Peer::State::kAwaitAuth;
-      Header c;
-      c.type = MsgType::kChallenge;
-      return peer.send_bytes(c, {peer.my_nonce_.begin(), peer.my_nonce_.end()});
-    }
-    case Peer::State::kAwaitAuth: {
-      if (h.type != MsgType::kAuth)
-        return fail(ErrorCode::kAuthentication,
-                    fmt::format("{} before authentication: send AUTH", to_string(h.type)));
-      const Identity client{peer.role_, peer.rank_};
-      const Identity acceptor{self_, self_rank_};
-      // The credential the claimed rank must prove; a refusal (not a member) is reported only
-      // to a peer that proved the secret.
-      std::optional<Credential> credential;
-      std::optional<Status> refused;
-      try {
-        credential = handler_->credential_for(peer.role_, peer.rank_);
-      } catch (const Error& e) {
-        refused = Status(e);
-      }
-      std::span<const std::byte> cred;
-      if (credential) cred = *credential;
-      if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
-                                                 peer.my_nonce_, peer.their_nonce_, cred))) {
-        const bool holds_secret = same_digest(
-            payload, prove(secret_, "client", client, acceptor, peer.my_nonce_, peer.their_nonce_));
-        if (!credential && !refused)
-          return fail(ErrorCode::kAuthentication,
-                      "wrong job secret: the peer's proof does not match; start every process "
-                      "with the job's PSRT_SECRET (psrun sets it)");
-        // The peer holds the secret, not the rank it claims.
-        if (holds_secret && refused) return fail(refused->code(), refused->message());
-        if (holds_secret)
-          return fail(ErrorCode::kAuthentication,
-                      fmt::format("{} {} did not prove the membership credential the scheduler "
-                                  "gave that rank: a worker connects to servers only as the rank "
-                                  "it registered as",
-                                  to_string(peer.role_), peer.rank_));
-        return fail(ErrorCode::kAuthentication,
-                    fmt::format("the peer's proof does not match: a wrong job secret (start every "
-                                "process with the job's PSRT_SECRET), or {} {} is not a live "
-                                "member with the credential the scheduler gave it (a worker "
-                                "connects to servers only as the rank it registered as)",
-                                to_string(peer.role_), peer.rank_));
-      }
-      peer.credential_ = credential;
-      peer.state_ = Peer::State::kReady;
-      auto proof = prove(secret_, "acceptor", client, acceptor, peer.their_nonce_, peer.my_nonce_);
-      Header w;
-      w.type = MsgType::kWelcome;
-      peer.send_bytes(w, {proof.begin(), proof.end()});
-      return handler_->on_peer_ready(peer);
-    }
-    case Peer::State::kClientAwaitChallenge: {
-      if (h.type != MsgType::kChallenge)
-        return fail(ErrorCode::kProtocol,
-                    fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
-      std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
-      peer.state_ = Peer::State::kClientAwaitWelcome;
-      std::optional<Credential> credential;
-      if (peer.role_ == Role::kServer) {
-        std::lock_guard lock(mu_);
-        credential = credential_;
-      }
-      std::span<const std::byte> cred;
-      if (credential) cred = *credential;
-      auto proof = prove(secret_, "client", {self_, peer.hello_rank_}, {peer.role_, peer.rank_},
-                         peer.their_nonce_, peer.my_nonce_, cred);
-      Header a;
-      a.type = MsgType::kAuth;
-      return peer.send_bytes(a, {proof.begin(), proof.end()});
-    }
-    case Peer::State::kClientAwaitWelcome: {
-      if (h.type != MsgType::kWelcome)
-        return fail(ErrorCode::kProtocol,
-                    fmt::format("expected WELCOME, got {}", to_string(h.type)));
-      if (!same_digest(payload,
-                       prove(secret_, "acceptor", {self_, peer.hello_rank_},
-                             {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
-        auto cb = std::move(peer.on_handshake_);
-        peer.close();
-        if (cb)
-          cb(Status(ErrorCode::kAuthentication,
-                    "the peer failed to prove the job secret for the role and rank expected of "
-                    "it: it belongs to another job, has a different PSRT_SECRET, or is not that "
-                    "peer"));
-        return;
-      }
-      peer.state_ = Peer::State::kReady;
-      if (auto cb = std::move(peer.on_handshake_)) cb(Status());
-      return;
-    }
+    case Peer::State::kAwaitHello: return on_hello(peer, h, payload);
+    case Peer::State::kAwaitAuth: return on_auth(peer, h, payload);
+    case Peer::State::kClientAwaitChallenge: return on_challenge(peer, h, payload);
+    case Peer::State::kClientAwaitWelcome: return on_welcome(peer, h, payload);
     case Peer::State::kReady:
-      return fail(ErrorCode::kProtocol,
-                  fmt::format("{} after authentication completed", to_string(h.type)));
+      return reject(peer, h.request_id,
+                    {ErrorCode::kProtocol,
+                     fmt::format("{} after authentication completed", to_string(h.type))});
   }
+}
+
+void Endpoint::on_hello(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  if (h.type != MsgType::kHello)
+    return fail(ErrorCode::kAuthentication,
+                fmt::format("{} before authentication: send HELLO first", to_string(h.type)));
+  if (h.role_value() > static_cast<std::uint32_t>(Role::kWorker) ||
+      h.role_value() == static_cast<std::uint32_t>(Role::kScheduler))
+    return fail(ErrorCode::kProtocol, fmt::format("HELLO from unknown role {}", h.role_value()));
+  peer.role_ = static_cast<Role>(h.role_value());
+  peer.rank_ = h.rank();
+  std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
+  peer.my_nonce_ = random_nonce();
+  peer.state_ = Peer::State::kAwaitAuth;
+  Header c;
+  c.type = MsgType::kChallenge;
+  return peer.send_bytes(c, {peer.my_nonce_.begin(), peer.my_nonce_.end()});
+}
+
+void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  if (h.type != MsgType::kAuth)
+    return fail(ErrorCode::kAuthentication,
+                fmt::format("{} before authentication: send AUTH", to_string(h.type)));
+  const Identity client{peer.role_, peer.rank_};
+  const Identity acceptor{self_, self_rank_};
+  // The credential the claimed rank must prove; a refusal (not a member) is reported only
+  // to a peer that proved the secret.
+  std::optional<Credential> credential;
+  std::optional<Status> refused;
+  try {
+    credential = handler_->credential_for(peer.role_, peer.rank_);
+  } catch (const Error& e) {
+    refused = Status(e);
+  }
+  std::span<const std::byte> cred;
+  if (credential) cred = *credential;
+  if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
+                                             peer.my_nonce_, peer.their_nonce_, cred))) {
+    const bool holds_secret = same_digest(
+        payload, prove(secret_, "client", client, acceptor, peer.my_nonce_, peer.their_nonce_));
+    if (!credential && !refused)
+      return fail(ErrorCode::kAuthentication,
+                  "wrong job secret: the peer's proof does not match; start every process "
+                  "with the job's PSRT_SECRET (psrun sets it)");
+    // The peer holds the secret, not the rank it claims.
+    if (holds_secret && refused) return fail(refused->code(), refused->message());
+    if (holds_secret)
+      return fail(ErrorCode::kAuthentication,
+                  fmt::format("{} {} did not prove the membership credential the scheduler "
+                              "gave that rank: a worker connects to servers only as the rank "
+                              "it registered as",
+                              to_string(peer.role_), peer.rank_));
+    return fail(ErrorCode::kAuthentication,
+                fmt::format("the peer's proof does not match: a wrong job secret (start every "
+                            "process with the job's PSRT_SECRET), or {} {} is not a live "
+                            "member with the credential the scheduler gave it (a worker "
+                            "connects to servers only as the rank it registered as)",
+                            to_string(peer.role_), peer.rank_));
+  }
+  peer.credential_ = credential;
+  peer.state_ = Peer::State::kReady;
+  auto proof = prove(secret_, "acceptor", client, acceptor, peer.their_nonce_, peer.my_nonce_);
+  Header w;
+  w.type = MsgType::kWelcome;
+  peer.send_bytes(w, {proof.begin(), proof.end()});
+  return handler_->on_peer_ready(peer);
+}
+
+void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  if (h.type != MsgType::kChallenge)
+    return fail(ErrorCode::kProtocol,
+                fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
+  std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
+  peer.state_ = Peer::State::kClientAwaitWelcome;
+  std::optional<Credential> credential;
+  if (peer.role_ == Role::kServer) {
+    std::lock_guard lock(mu_);
+    credential = credential_;
+  }
+  std::span<const std::byte> cred;
+  if (credential) cred = *credential;
+  auto proof = prove(secret_, "client", {self_, peer.hello_rank_}, {peer.role_, peer.rank_},
+                     peer.their_nonce_, peer.my_nonce_, cred);
+  Header a;
+  a.type = MsgType::kAuth;
+  return peer.send_bytes(a, {proof.begin(), proof.end()});
+}
+
+void Endpoint::on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  if (h.type != MsgType::kWelcome)
+    return fail(ErrorCode::kProtocol,
+                fmt::format("expected WELCOME, got {}", to_string(h.type)));
+  if (!same_digest(payload,
+                   prove(secret_, "acceptor", {self_, peer.hello_rank_},
+                         {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
+    auto cb = std::move(peer.on_handshake_);
+    peer.close();
+    if (cb)
+      cb(Status(ErrorCode::kAuthentication,
+                "the peer failed to prove the job secret for the role and rank expected of "
+                "it: it belongs to another job, has a different PSRT_SECRET, or is not that "
+                "peer"));
+    return;
+  }
+  peer.state_ = Peer::State::kReady;
+  if (auto cb = std::move(peer.on_handshake_)) cb(Status());
+  return;
 }
 
 void Endpoint::on_closed(transport::Connection& conn, const Status& why) {

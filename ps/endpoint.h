@@ -181,6 +181,12 @@ class Endpoint final : public transport::Receiver {
   std::shared_ptr<Peer> find(std::uint64_t id);
   std::shared_ptr<Peer> find_or_add(const std::shared_ptr<transport::Connection>& conn);
   void handshake(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  // The handshake's steps, by the peer's state: an acceptor takes HELLO then AUTH, a client
+  // CHALLENGE then WELCOME.
+  void on_hello(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_auth(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void reject(Peer& peer, std::uint64_t request_id, const Status& why);
   // The refusal of a message ps/permissions.h does not allow from this peer's role.
   Status not_permitted(const Peer& peer, MsgType type) const;

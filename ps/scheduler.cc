@@ -222,7 +222,7 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
                                        h.rank(), ps::kMaxRanks - 1),
                            true);
   if (!rendezvous_done_) {
-    pending_workers_.push_back({w, h.rank()});
+    pending_workers_.emplace_back(w, h.rank());
     return admit_pending_locked();
   }
   // A worker joining a running job: a rank never used before unless it asks for a free one.
@@ -271,7 +271,7 @@ void Scheduler::admit_pending_locked() {
     workers_[ranks[i]] = w.peer;
     credentials_[ranks[i]] = credentials[i];
     next_rank_ = std::max(next_rank_, ranks[i] + 1);
-    admitted.push_back({w, ranks[i]});
+    admitted.emplace_back(w, ranks[i]);
   }
   pending_workers_.clear();
   PSRT_LOG_INFO("rendezvous complete: {} servers, {} workers", servers_.size(), workers_.size());
@@ -454,7 +454,7 @@ void Scheduler::finish_locked(const Status& why) {
   Header h;
   h.type = MsgType::kShutdown;
   h.set_error_code(why.code());
-  auto text = why.message();
+  const auto& text = why.message();
   auto bytes = ps::as_bytes(text);
   for (auto& s : servers_)
     if (s) s->send_bytes(h, {bytes.begin(), bytes.end()});

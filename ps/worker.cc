@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <functional>
 
 #include "base/exception_status.h"
 #include "base/log.h"
@@ -70,7 +71,7 @@ bool Handle::ready() const {
 using ps::Header;
 using ps::MsgType;
 
-Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
+Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
   if (options_.scheduler.empty())
     throw Error(ErrorCode::kInvalidArgument, "no scheduler address: set PSRT_SCHEDULER");
   if (options_.secret.empty())
@@ -194,69 +195,108 @@ void Worker::Impl::init(Key key, std::span<const float> value) {
       .wait();
 }
 
-Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
-                             MutableBuffer out) {
-  check_open();
-  auto l = layout(key, 0);
-  const std::size_t esize = ps::wire_size(dtype);
-  const std::string op(ps::to_string(type));
-  const float lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
-  const bool sends_grad = type != MsgType::kPull;
-  if (sends_grad && grad.size != l->total * esize)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", op,
-                            key, grad.size / esize, l->total));
-  const bool replies_weights = type == MsgType::kPull || type == MsgType::kPushPull;
-  if (replies_weights && out.size != l->total * sizeof(float))
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{} of key {}: the output has {} elements but the key holds {}", op,
-                            key, out.size / sizeof(float), l->total));
-  // CUDA buffers are checked whole before any slice leaves, so a bad one sends nothing.
-  const bool grad_cuda = sends_grad && grad.memory == MemoryType::kCuda;
-  const bool out_cuda = replies_weights && out.memory == MemoryType::kCuda;
-  const int grad_device = grad_cuda ? cuda_device_of(grad) : -1;
-  const int out_device = out_cuda ? cuda_device_of(out) : -1;
-  // The slices' slices of `grad` and `out`.
-  auto src_of = [&](const ps::SliceRecord& s) {
-    return ConstBuffer{static_cast<const std::byte*>(grad.data) + s.offset * esize,
-                       s.count * esize, grad.memory};
-  };
-  auto dest_of = [&](const ps::SliceRecord& s) {
+struct Worker::Impl::DataOp {
+  MsgType type;
+  Key key;
+  std::shared_ptr<const Layout> layout;
+  ConstBuffer grad;
+  MutableBuffer out;
+  ps::WireType dtype;
+  std::size_t esize;
+  std::string op;  // the message type's name, for errors
+  bool sends_grad;
+  bool replies_weights;
+  bool grad_cuda;
+  bool out_cuda;
+  int grad_device;  // -1 unless grad_cuda
+  int out_device;   // -1 unless out_cuda
+
+  // The slice's part of `grad` and `out`.
+  ConstBuffer src_of(const ps::SliceRecord& s) const {
+    return ConstBuffer{static_cast<const std::byte*>(grad.data) + s.offset * esize, s.count * esize,
+                       grad.memory};
+  }
+  MutableBuffer dest_of(const ps::SliceRecord& s) const {
     if (!replies_weights) return MutableBuffer{};
     return MutableBuffer{static_cast<std::byte*>(out.data) + s.offset * sizeof(float),
                          s.count * sizeof(float), out.memory};
-  };
+  }
+};
 
-  // First everything that can fail (paths, staging, pinned buffers, IPC handles), for every
-  // slice: an error then leaves nothing sent, so no round gets a part of this operation.
-  struct Plan {
-    bool ipc = false;
-    std::vector<device::IpcRecord> records;
-    ps::DeviceStaging* grad_staging = nullptr;
-    ps::DeviceStaging* out_staging = nullptr;
-    std::shared_ptr<device::PinnedMemory> grad_pinned, out_pinned;
-  };
-  std::vector<Plan> plans(l->slices.size());
-  auto give_back = [&] {
-    for (auto& p : plans) {
-      if (p.grad_pinned) p.grad_staging->give(std::move(p.grad_pinned));
-      if (p.out_pinned) p.out_staging->give(std::move(p.out_pinned));
-    }
-  };
+struct Worker::Impl::SlicePlan {
+  bool ipc = false;
+  std::vector<device::IpcRecord> records;
+  ps::DeviceStaging* grad_staging = nullptr;
+  ps::DeviceStaging* out_staging = nullptr;
+  std::shared_ptr<device::PinnedMemory> grad_pinned, out_pinned;
+};
+
+Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
+                             MutableBuffer out) {
+  check_open();
+  const DataOp op = check_data_op(type, key, grad, dtype, out);
+  const float lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
+  std::vector<SlicePlan> plans = plan_data_op(op);
+  const auto& slices = op.layout->slices;
+  auto st =
+      std::make_shared<detail::HandleState>(static_cast<int>(slices.size()), options_.op_timeout,
+                                            fmt::format("{} of key {}", op.op, key));
+  for (std::size_t i = 0; i < slices.size(); ++i)
+    send_slice(op, slices[i], plans[i], lr, st);
+  return Handle(st);
+}
+
+Worker::Impl::DataOp Worker::Impl::check_data_op(MsgType type, Key key, ConstBuffer grad,
+                                                 ps::WireType dtype, MutableBuffer out) {
+  DataOp d{.type = type,
+           .key = key,
+           .layout = layout(key, 0),
+           .grad = grad,
+           .out = out,
+           .dtype = dtype,
+           .esize = ps::wire_size(dtype),
+           .op = std::string(ps::to_string(type)),
+           .sends_grad = type != MsgType::kPull,
+           .replies_weights = type == MsgType::kPull || type == MsgType::kPushPull,
+           .grad_cuda = false,
+           .out_cuda = false,
+           .grad_device = -1,
+           .out_device = -1};
+  const std::uint64_t total = d.layout->total;
+  if (d.sends_grad && grad.size != total * d.esize)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} of key {}: the gradient has {} elements but the key holds {}", d.op,
+                            key, grad.size / d.esize, total));
+  if (d.replies_weights && out.size != total * sizeof(float))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} of key {}: the output has {} elements but the key holds {}", d.op,
+                            key, out.size / sizeof(float), total));
+  // CUDA buffers are checked whole before any slice leaves, so a bad one sends nothing.
+  d.grad_cuda = d.sends_grad && grad.memory == MemoryType::kCuda;
+  d.out_cuda = d.replies_weights && out.memory == MemoryType::kCuda;
+  d.grad_device = d.grad_cuda ? cuda_device_of(grad) : -1;
+  d.out_device = d.out_cuda ? cuda_device_of(out) : -1;
+  return d;
+}
+
+std::vector<Worker::Impl::SlicePlan> Worker::Impl::plan_data_op(const DataOp& d) {
+  const auto& slices = d.layout->slices;
+  std::vector<SlicePlan> plans(slices.size());
+  if (!d.grad_cuda && !d.out_cuda) return plans;  // host memory only: nothing to plan
   bool sync_default = false;
   try {
-    for (std::size_t i = 0; i < l->slices.size(); ++i) {
-      const auto& s = l->slices[i];
-      if (!grad_cuda && !out_cuda) break;  // host memory only: nothing to plan
-      Plan& p = plans[i];
-      const DevicePath path = device_path(s.server, grad_cuda ? grad_device : out_device);
-      const ConstBuffer src = src_of(s);
-      const MutableBuffer dest = dest_of(s);
-      if (path == DevicePath::kIpc && grad_cuda == sends_grad && out_cuda == replies_weights) {
+    for (std::size_t i = 0; i < slices.size(); ++i) {
+      const auto& s = slices[i];
+      SlicePlan& p = plans[i];
+      const DevicePath path = device_path(s.server, d.grad_cuda ? d.grad_device : d.out_device);
+      const ConstBuffer src = d.src_of(s);
+      const MutableBuffer dest = d.dest_of(s);
+      if (path == DevicePath::kIpc && d.grad_cuda == d.sends_grad &&
+          d.out_cuda == d.replies_weights) {
         p.ipc = true;
-        if (sends_grad) p.records.push_back(exporter(grad_device).describe(src.data, src.size));
-        if (replies_weights)
-          p.records.push_back(exporter(out_device).describe(dest.data, dest.size));
+        if (d.sends_grad) p.records.push_back(exporter(d.grad_device).describe(src.data, src.size));
+        if (d.replies_weights)
+          p.records.push_back(exporter(d.out_device).describe(dest.data, dest.size));
         continue;
       }
       // The transport reads and writes device memory on its own streams: wait for the default
@@ -264,110 +304,122 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
       if (path == DevicePath::kDirect) sync_default = true;
       // Staged: path c, and the CUDA side of an op that mixes host and CUDA buffers under path b.
       const bool stage = path == DevicePath::kStaged || path == DevicePath::kIpc;
-      if (grad_cuda && stage) {
-        p.grad_staging = &staging(grad_device);
+      if (d.grad_cuda && stage) {
+        p.grad_staging = &staging(d.grad_device);
         p.grad_pinned = p.grad_staging->take(src.size);
       }
-      if (out_cuda && stage) {
-        p.out_staging = &staging(out_device);
+      if (d.out_cuda && stage) {
+        p.out_staging = &staging(d.out_device);
         p.out_pinned = p.out_staging->take(dest.size);
       }
     }
     if (sync_default) {
-      if (grad_cuda) device::synchronize_legacy_default(grad_device);
-      if (out_cuda && out_device != grad_device) device::synchronize_legacy_default(out_device);
+      if (d.grad_cuda) device::synchronize_legacy_default(d.grad_device);
+      if (d.out_cuda && d.out_device != d.grad_device)
+        device::synchronize_legacy_default(d.out_device);
     }
   } catch (...) {
-    give_back();
+    for (auto& p : plans) {
+      if (p.grad_pinned) p.grad_staging->give(std::move(p.grad_pinned));
+      if (p.out_pinned) p.out_staging->give(std::move(p.out_pinned));
+    }
     throw;
   }
+  return plans;
+}
 
-  auto st = std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()),
-                                                  options_.op_timeout,
-                                                  fmt::format("{} of key {}", op, key));
-  for (std::size_t i = 0; i < l->slices.size(); ++i) {
-    const auto& s = l->slices[i];
-    Plan& plan = plans[i];
-    Header h;
-    h.type = type;
-    h.dtype = replies_weights && !sends_grad ? ps::WireType::kF32 : dtype;
-    h.key = key;
-    h.offset = s.offset;
-    h.count = s.count;
-    h.total = l->total;
-    h.set_slice(s.index);
-    if (type == MsgType::kPush || type == MsgType::kPushPull) h.set_learning_rate(lr);
-    auto& server = *servers_[s.server];
-    const std::string what = fmt::format("{} of key {} slice {}", op, key, s.index);
-    if (plan.ipc) {
-      send_ipc(server, h, std::move(plan.records), st, what);
-      continue;
-    }
-    const ConstBuffer src = src_of(s);
-    MutableBuffer dest = dest_of(s);
+namespace {
 
-    ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
-      st->complete_part(status);
-    };
-    if (plan.out_pinned) {
-      // The reply lands in pinned memory and reaches `out` by one more copy before completion.
-      ps::DeviceStaging* staging = plan.out_staging;
-      auto pinned = std::move(plan.out_pinned);
-      done = [st, staging, pinned, dest](const Status& status, const Header&,
-                                         std::span<const std::byte>) {
-        if (!status.ok()) {
-          staging->give(pinned);
-          return st->complete_part(status);
-        }
-        try {
-          staging->copy_then(dest.data, pinned->data(), dest.size,
-                             [st, staging, pinned](const Status& copied) {
-                               staging->give(pinned);
-                               st->complete_part(copied);
-                             });
-        } catch (const Error& e) {
-          staging->give(pinned);
-          st->complete_part(Status(e));
-        }
-      };
-      dest = {pinned->data(), dest.size, MemoryType::kHost};
+// A reply that lands in pinned memory and reaches `dest` by one more copy before completion.
+ps::Requests::Done reply_through_staging(const std::shared_ptr<detail::HandleState>& st,
+                                         ps::DeviceStaging* staging,
+                                         const std::shared_ptr<device::PinnedMemory>& pinned,
+                                         MutableBuffer dest) {
+  return [st, staging, pinned, dest](const Status& status, const ps::Header&,
+                                     std::span<const std::byte>) {
+    if (!status.ok()) {
+      staging->give(pinned);
+      return st->complete_part(status);
     }
-    const auto id = requests_.add(server, what, std::move(done), dest);
-    h.request_id = id;
-    auto on_sent = [this, id, st](const Status& status) {
-      st->sent_part();
-      if (!status.ok()) requests_.fail(id, status);
-    };
-    if (!sends_grad) {
-      server.send(h, {}, on_sent);
-    } else if (!plan.grad_pinned) {
-      server.send(h, {&src, 1}, on_sent);
-    } else {
-      // Sent once this slice's copy is done; the copies of later slices go on meanwhile.
-      ps::DeviceStaging* staging = plan.grad_staging;
-      auto pinned = std::move(plan.grad_pinned);
-      auto peer = servers_[s.server];
-      try {
-        staging->copy_then(
-            pinned->data(), src.data, src.size,
-            [h, peer, pinned, staging, on_sent, size = src.size](const Status& copied) {
-              if (!copied.ok()) {
-                staging->give(pinned);
-                return on_sent(copied);
-              }
-              ConstBuffer b{pinned->data(), size};
-              peer->send(h, {&b, 1}, [pinned, staging, on_sent](const Status& sent) {
-                staging->give(pinned);
-                on_sent(sent);
-              });
-            });
-      } catch (const Error& e) {
-        staging->give(pinned);
-        on_sent(Status(e));
-      }
+    try {
+      staging->copy_then(dest.data, pinned->data(), dest.size,
+                         [st, staging, pinned](const Status& copied) {
+                           staging->give(pinned);
+                           st->complete_part(copied);
+                         });
+    } catch (const Error& e) {
+      staging->give(pinned);
+      st->complete_part(Status(e));
     }
+  };
+}
+
+// Sends `h` with `src` (device memory) once it is copied into `pinned`; the copies of later
+// slices go on meanwhile.
+void send_through_staging(const std::shared_ptr<ps::Peer>& peer, const ps::Header& h,
+                          ConstBuffer src, ps::DeviceStaging* staging,
+                          const std::shared_ptr<device::PinnedMemory>& pinned,
+                          const std::function<void(const Status&)>& on_sent) {
+  try {
+    staging->copy_then(pinned->data(), src.data, src.size,
+                       [h, peer, pinned, staging, on_sent, size = src.size](const Status& copied) {
+                         if (!copied.ok()) {
+                           staging->give(pinned);
+                           return on_sent(copied);
+                         }
+                         ConstBuffer b{pinned->data(), size};
+                         peer->send(h, {&b, 1}, [pinned, staging, on_sent](const Status& sent) {
+                           staging->give(pinned);
+                           on_sent(sent);
+                         });
+                       });
+  } catch (const Error& e) {
+    staging->give(pinned);
+    on_sent(Status(e));
   }
-  return Handle(st);
+}
+
+}  // namespace
+
+void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePlan& plan,
+                              float lr, const std::shared_ptr<detail::HandleState>& st) {
+  Header h;
+  h.type = d.type;
+  h.dtype = d.replies_weights && !d.sends_grad ? ps::WireType::kF32 : d.dtype;
+  h.key = d.key;
+  h.offset = s.offset;
+  h.count = s.count;
+  h.total = d.layout->total;
+  h.set_slice(s.index);
+  if (d.type == MsgType::kPush || d.type == MsgType::kPushPull) h.set_learning_rate(lr);
+  auto& server = *servers_[s.server];
+  const std::string what = fmt::format("{} of key {} slice {}", d.op, d.key, s.index);
+  if (plan.ipc) return send_ipc(server, h, std::move(plan.records), st, what);
+  const ConstBuffer src = d.src_of(s);
+  MutableBuffer dest = d.dest_of(s);
+
+  ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
+    st->complete_part(status);
+  };
+  if (plan.out_pinned) {
+    auto pinned = std::move(plan.out_pinned);
+    done = reply_through_staging(st, plan.out_staging, pinned, dest);
+    dest = {pinned->data(), dest.size, MemoryType::kHost};
+  }
+  const auto id = requests_.add(server, what, std::move(done), dest);
+  h.request_id = id;
+  auto on_sent = [this, id, st](const Status& status) {
+    st->sent_part();
+    if (!status.ok()) requests_.fail(id, status);
+  };
+  if (!d.sends_grad) {
+    server.send(h, {}, on_sent);
+  } else if (!plan.grad_pinned) {
+    server.send(h, {&src, 1}, on_sent);
+  } else {
+    const auto pinned = std::move(plan.grad_pinned);
+    send_through_staging(servers_[s.server], h, src, plan.grad_staging, pinned, on_sent);
+  }
 }
 
 void Worker::Impl::barrier() {

@@ -40,7 +40,7 @@ struct HandleState {
 
 class Worker::Impl final : public ps::Handler {
  public:
-  explicit Impl(const WorkerOptions& options);
+  explicit Impl(WorkerOptions options);
   ~Impl() override;
 
   int rank() const { return static_cast<int>(rank_); }
@@ -70,6 +70,16 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
+  // data_op in three steps (ps/worker.cc): check the buffers against the key, plan every slice
+  // (paths, staging, IPC handles: whatever else can fail), then send every slice. An error in
+  // the first two sends nothing, so no round gets a part of the operation.
+  struct DataOp;     // the checked operation and its buffers
+  struct SlicePlan;  // how one slice's CUDA memory travels
+  DataOp check_data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
+                       MutableBuffer out);
+  std::vector<SlicePlan> plan_data_op(const DataOp& op);
+  void send_slice(const DataOp& op, const ps::SliceRecord& s, SlicePlan& plan, float lr,
+                  const std::shared_ptr<detail::HandleState>& st);
   // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (path a, b or
   // c of docs/ARCHITECTURE.md, "The three GPU paths"), decided at the first use and logged once.
   enum class DevicePath : std::uint8_t { kUnknown, kDirect, kIpc, kStaged };

@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libssl-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-tidy universal-ctags
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   python3-matplotlib
 )

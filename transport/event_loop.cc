@@ -196,7 +196,8 @@ bool EventLoop::run_tasks() {
       std::vector<std::pair<Completion, Status>> now;
       now.swap(completions_);
       for (auto& [done, status] : now) {
-        if (done) guarded(name_, "a completion failed", [&] { done(status); });
+        // Init-captures, not the bindings themselves: clang 14 cannot capture a binding.
+        if (done) guarded(name_, "a completion failed", [&d = done, &s = status] { d(s); });
       }
       // Hand the capacity back so the steady state allocates nothing.
       if (completions_.empty()) {

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace psrt::runtime::detail {
@@ -105,6 +107,33 @@ std::string quoted(const std::string& s) {
   return "'" + s + "'";
 }
 
+// Waits for the child's exec: the status pipe closes (exec succeeded) or brings the failed
+// step. On a failure, reaps the child and returns the message naming the step and the cause.
+std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::string& command) {
+  ExecFailure failure{};
+  ssize_t n;
+  do {
+    n = ::read(status_fd, &failure, sizeof(failure));
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return std::nullopt;
+  // The child reported a failure (or the pipe broke, which means it never reached exec).
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int error = n == static_cast<ssize_t>(sizeof(failure)) ? failure.error : EIO;
+  switch (n == static_cast<ssize_t>(sizeof(failure)) ? failure.step : 0) {
+    case kStepExec:
+      return "cannot run " + quoted(command) + ": " + std::strerror(error);
+    case kStepDeathSignal:
+      return "cannot start " + quoted(command) +
+             ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
+    case kStepSetpgid:
+      return "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);
+    default:
+      return "cannot start " + quoted(command) + ": " + std::strerror(error);
+  }
+}
+
 }  // namespace
 
 SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
@@ -154,32 +183,8 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   out_write.reset();
   err_write.reset();
   status_write.reset();
-  ExecFailure failure{};
-  ssize_t n;
-  do {
-    n = ::read(status_read.get(), &failure, sizeof(failure));
-  } while (n < 0 && errno == EINTR);
-  if (n != 0) {
-    // The child reported a failure (or the pipe broke, which means it never reached exec).
-    int status;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    const int error = n == static_cast<ssize_t>(sizeof(failure)) ? failure.error : EIO;
-    switch (n == static_cast<ssize_t>(sizeof(failure)) ? failure.step : 0) {
-      case kStepExec:
-        outcome.error = "cannot run " + quoted(command) + ": " + std::strerror(error);
-        break;
-      case kStepDeathSignal:
-        outcome.error = "cannot start " + quoted(command) +
-                        ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
-        break;
-      case kStepSetpgid:
-        outcome.error = "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);
-        break;
-      default:
-        outcome.error = "cannot start " + quoted(command) + ": " + std::strerror(error);
-        break;
-    }
+  if (auto error = exec_failure(status_read.get(), pid, command)) {
+    outcome.error = std::move(*error);
     return outcome;
   }
 

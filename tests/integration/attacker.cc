@@ -101,11 +101,18 @@ std::string raw_exchange(const std::string& backend, const std::string& address,
 }  // namespace
 
 void run_attacks() {
-  const auto [backend, secret, scheduler_addr] = job_env();
+  // Named references, not structured bindings: the lambdas below capture them, which clang 14
+  // (clang-tidy's) does not accept for bindings.
+  const JobEnv env = job_env();
+  const std::string& backend = env.backend;
+  const std::string& secret = env.secret;
+  const std::string& scheduler_addr = env.scheduler;
 
   Client client;
   auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
-  auto& [endpoint, t, sched] = raw;
+  auto& endpoint = raw.endpoint;
+  auto& t = raw.transport;
+  auto& sched = raw.scheduler;
   auto reply = register_raw_worker(raw, client.requests);  // rank 0's credential, proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");

@@ -94,8 +94,9 @@ TEST_P(GpuJob, CpuServerWithDeviceTensorsIsExact) {
                  GPU_WORKER_PATH " device-exact --rounds 2");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS device-exact"), 2) << r.out;
-  if (!transport_carries_cuda(GetParam()))
+  if (!transport_carries_cuda(GetParam())) {
     EXPECT_EQ(r.count("path c: the server keeps its slices on the cpu"), 2) << r.out;
+  }
 }
 
 TEST_P(GpuJob, CudaServerAsyncModeIsExact) {

@@ -79,7 +79,7 @@ void device_exact(psrt::Worker& w, int rounds, bool bf16) {
       check(cudaMemcpy(host.data(), d_weights, count * 4, cudaMemcpyDeviceToHost),
             "cudaMemcpy weights");
       for (std::size_t i = 0; i < count; ++i) {
-        double expect = static_cast<double>(init[i]);
+        auto expect = static_cast<double>(init[i]);
         for (int u = 0; u <= t; ++u) expect -= (u + 1) * (n + 1) / 2.0 + static_cast<double>(i % 7);
         if (host[i] != static_cast<float>(expect))
           fail("key " + std::to_string(k) + " round " + std::to_string(t) + " element " +
@@ -115,8 +115,9 @@ void no_device(psrt::Worker& w) {
 int main(int argc, char** argv) {
   if (argc < 2) fail("usage: gpu_worker device-exact|no-device [--rounds R] [--grad fp32|bf16]");
   const std::string scenario = argv[1];
-  int rounds = 3;
-  bool bf16 = false;
+  // Read by the CUDA build only.
+  [[maybe_unused]] int rounds = 3;
+  [[maybe_unused]] bool bf16 = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--rounds") rounds = std::atoi(v.c_str());

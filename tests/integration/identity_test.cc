@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
+#include <csignal>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,7 +64,7 @@ bool eventually(F pred) {
 
 std::string find_address(const std::string& log, const std::string& before) {
   std::smatch m;
-  if (std::regex_search(log, m, std::regex(before + " (127\\.0\\.0\\.1:[0-9]+)"))) return m[1];
+  if (std::regex_search(log, m, std::regex(before + R"( (127\.0\.0\.1:[0-9]+))"))) return m[1];
   return {};
 }
 
@@ -177,7 +177,7 @@ class Recorder final : public psrt::ps::Handler {
  public:
   void on_peer_ready(psrt::ps::Peer& peer) override {
     std::lock_guard lock(mu);
-    ready.push_back({peer.role(), peer.rank()});
+    ready.emplace_back(peer.role(), peer.rank());
     if (on_ready) on_ready(peer);
   }
   psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&, std::size_t) override {

@@ -67,7 +67,7 @@ Status exchange(Client& client, ps::Peer& peer, ps::Header h, ConstBuffer payloa
 // released: a message left half-sent, as a slow or hostile peer leaves it.
 class Relay {
  public:
-  explicit Relay(const std::string& target) : target_(target) {
+  explicit Relay(std::string target) : target_(std::move(target)) {
     listen_ = transport::listen_tcp("127.0.0.1:0", address_);
     thread_ = std::thread([this] { run(); });
   }
@@ -168,11 +168,18 @@ ps::Header data_header(ps::MsgType type, ps::WireType dtype, std::uint64_t key,
 }  // namespace
 
 void run_invariant_attack(const std::string& which) {
-  const auto [backend, secret, scheduler_addr] = job_env();
+  // Named references, not structured bindings: the lambdas below capture them, which clang 14
+  // (clang-tidy's) does not accept for bindings.
+  const JobEnv env = job_env();
+  const std::string& backend = env.backend;
+  const std::string& secret = env.secret;
+  const std::string& scheduler_addr = env.scheduler;
 
   Client client;
   auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
-  auto& [endpoint, t, sched] = raw;
+  auto& endpoint = raw.endpoint;
+  auto& t = raw.transport;
+  auto& sched = raw.scheduler;
   auto reply = register_raw_worker(raw, client.requests);  // credential proven to servers
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && !servers.empty(), "registered");

@@ -3,7 +3,7 @@
 // an in-process scheduler facing a server that refuses membership, and requests on dead
 // connections. Every test here failed on the code before its fix.
 #include <gtest/gtest.h>
-#include <signal.h>
+#include <csignal>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,7 +34,6 @@ extern char** environ;
 namespace psrt {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -294,7 +293,7 @@ class Background : public test::ProcessGroup {
   static std::string assignments(const std::vector<std::pair<std::string, std::string>>& env) {
     std::string s;
     for (const auto& [k, v] : env)
-      s += k + "=" + v + " ";
+      s.append(k).append("=").append(v).append(" ");
     return s;
   }
 };

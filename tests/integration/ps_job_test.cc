@@ -131,7 +131,9 @@ TEST(Job, SspKeepsEveryWorkerWithinTheStalenessBound) {
       EXPECT_LE(ahead, static_cast<std::uint64_t>(k)) << l.dump();
       max_ahead = std::max(max_ahead, ahead);
     }
-    if (k > 0) EXPECT_GT(max_ahead, 0u) << "the slow workers never let anyone run ahead";
+    if (k > 0) {
+      EXPECT_GT(max_ahead, 0u) << "the slow workers never let anyone run ahead";
+    }
   }
 }
 
@@ -201,7 +203,7 @@ TEST(Job, MaxGradNormClipsTheMeanGradientExactly) {
   for (const auto& [args, worker] :
        {std::pair<std::string, std::string>{"--max-grad-norm 1", "clip"},
         std::pair<std::string, std::string>{"", "clip --max-norm 1"}}) {
-    SCOPED_TRACE(args + " / " + worker);
+    SCOPED_TRACE(args + " / " + worker);  // NOLINT(performance-inefficient-string-concatenation): one line per case
     auto trace = scratch("clip_trace.jsonl");
     auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 2 --lr 1 " + args,
                    worker);

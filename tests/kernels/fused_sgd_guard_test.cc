@@ -38,7 +38,7 @@ void set_special(GradSet& g, int j, std::size_t i, Special s) {
   const double inf = std::numeric_limits<double>::infinity();
   g.values[jj][i] = s == Special::kNaN ? std::nan("") : s == Special::kPosInf ? inf : -inf;
   if (g.dtype == DType::kF32) {
-    const float f = static_cast<float>(g.values[jj][i]);
+    const auto f = static_cast<float>(g.values[jj][i]);
     std::memcpy(&g.bytes[jj][i * 4], &f, 4);
     return;
   }
@@ -55,7 +55,7 @@ void set_special(GradSet& g, int j, std::size_t i, Special s) {
 // fixed-order fp32 sum of the (exactly representable) decoded values, times grad_scale. The test
 // target is compiled with -ffp-contract=off, so these are the same IEEE operations.
 float aggregated(const GradSet& g, std::size_t i, float grad_scale) {
-  float s = static_cast<float>(g.values[0][i]);
+  auto s = static_cast<float>(g.values[0][i]);
   for (std::size_t j = 1; j < g.values.size(); ++j)
     s = s + static_cast<float>(g.values[j][i]);
   return s * grad_scale;
@@ -283,8 +283,8 @@ TEST(FusedSgdClip, MultiSliceStepUsesOneGlobalNorm) {
     std::vector<std::vector<float>> w0, w;
     std::vector<std::vector<float>> no_momentum(grads.size());
     std::vector<SliceUpdate> step;
-    for (std::size_t k = 0; k < grads.size(); ++k) {
-      w0.push_back(random_weights(grads[k].count, rng));
+    for (const auto& g : grads) {
+      w0.push_back(random_weights(g.count, rng));
       w.push_back(w0.back());
     }
     for (std::size_t k = 0; k < grads.size(); ++k)
@@ -430,7 +430,7 @@ TEST(FusedSgdGuard, ApplyUpdateReturnsTheStepResult) {
   const StepResult r = apply_update(u, cfg, MemoryType::kHost);
   EXPECT_TRUE(r.clipped);
   EXPECT_EQ(r.grad_norm, 5.0);
-  const float coef = static_cast<float>(1.0 / (5.0 + 1e-6));
+  const auto coef = static_cast<float>(1.0 / (5.0 + 1e-6));
   EXPECT_EQ(r.clip_coef, coef);
   EXPECT_EQ(w[0], 1.f - 3.f * coef);
   EXPECT_EQ(w[1], 1.f - 4.f * coef);

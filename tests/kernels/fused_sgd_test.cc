@@ -150,7 +150,7 @@ TEST_P(FusedSgdIsa, BitIdenticalToScalar) {
         for (int step = 0; step < 3; ++step) {
           // Wide inputs: subnormals, large values and the fp16/bf16 conversion of every class.
           const GradSet g = make_grads(dtype, n, count, GradRange::kWide, rng);
-          const float scale = step == 1 ? 1.f / n : 1.f;
+          const float scale = step == 1 ? 1.f / static_cast<float>(n) : 1.f;
           fused_sgd_cpu(make_update(w_scalar, m_scalar, g, scale, step == 0), configs[c],
                         CpuIsa::kScalar);
           fused_sgd_cpu(make_update(w_isa, m_isa, g, scale, step == 0), configs[c], isa);

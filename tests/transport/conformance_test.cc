@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
+#include <csignal>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -28,16 +28,16 @@ namespace {
 class TransportConformance : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Transport> make(std::shared_ptr<Receiver> rx, Options options = {}) {
-    return create_for_test(GetParam(), std::move(rx), options);
+    return create_for_test(GetParam(), std::move(rx), std::move(options));
   }
 
   // A server transport listening on loopback and a client connected to it.
   void start_pair(Options server_options = {}, Options client_options = {}) {
     server_rx = std::make_shared<RecordingReceiver>();
     client_rx = std::make_shared<RecordingReceiver>();
-    server = make(server_rx, server_options);
+    server = make(server_rx, std::move(server_options));
     address = server->listen("127.0.0.1:0");
-    client = make(client_rx, client_options);
+    client = make(client_rx, std::move(client_options));
     conn = client->connect(address);
     ASSERT_TRUE(server_rx->wait_connected(1));
   }

@@ -265,8 +265,9 @@ class Relay {
       const auto payload_len = wire::load<std::uint64_t>(cbuf_.data() + 8);
       const std::size_t total = kPrefix + header_len + payload_len;
       if (cbuf_.size() < total) return;
-      std::vector<std::byte> frame(cbuf_.begin(), cbuf_.begin() + total);
-      cbuf_.erase(cbuf_.begin(), cbuf_.begin() + total);
+      const auto end = cbuf_.begin() + static_cast<std::ptrdiff_t>(total);
+      std::vector<std::byte> frame(cbuf_.begin(), end);
+      cbuf_.erase(cbuf_.begin(), end);
       const int index = frames_++;
       if (index == at_) {
         if (tamper_ == Tamper::kFlipHeader) frame[kPrefix + header_len - 17] ^= std::byte{0x01};
@@ -465,8 +466,12 @@ TEST(SecureMitm, AlteredHandshakeFailsTheConnect) {
     // An altered HELLO gives the two ends different keys: neither CONFIRM verifies. An altered
     // CONFIRM of the client fails only at the server: the client, which verified the server's,
     // may have connected and sees the connection closed at once.
-    if (frame == 0) EXPECT_FALSE(conn) << "an altered HELLO must not connect";
-    if (conn) EXPECT_TRUE(client_rx->wait_closed(1, 5s));
+    if (frame == 0) {
+      EXPECT_FALSE(conn) << "an altered HELLO must not connect";
+    }
+    if (conn) {
+      EXPECT_TRUE(client_rx->wait_closed(1, 5s));
+    }
     std::this_thread::sleep_for(50ms);
     EXPECT_TRUE(server_rx->connected().empty()) << "frame " << frame;
     client->shutdown();
@@ -506,8 +511,12 @@ TEST(SecureMitm, FrameFromAnotherConnectionIsRefused) {
       << closed[0].why.message();
   int from_a = 0, from_b = 0;
   for (const auto& m : server_rx->messages()) {
-    if (m.header.starts_with("A ")) EXPECT_EQ(m.header, "A " + header_of(from_a++));
-    if (m.header.starts_with("B ")) EXPECT_EQ(m.header, "B " + header_of(from_b++));
+    if (m.header.starts_with("A ")) {
+      EXPECT_EQ(m.header, "A " + header_of(from_a++));
+    }
+    if (m.header.starts_with("B ")) {
+      EXPECT_EQ(m.header, "B " + header_of(from_b++));
+    }
   }
   EXPECT_EQ(from_a, kSent) << "the connection the frame was taken from is untouched";
   EXPECT_EQ(from_b, kTampered) << "nothing from the spliced frame on";

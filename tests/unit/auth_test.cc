@@ -127,7 +127,7 @@ class SecretFile : public testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& text) {
-    const std::string path = (dir_ / "secret").string();
+    std::string path = (dir_ / "secret").string();
     std::ofstream(path, std::ios::binary) << text;
     fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);  // refused otherwise
     return path;

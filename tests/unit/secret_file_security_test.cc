@@ -27,7 +27,7 @@ class SecretFileSecurity : public testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(mode_t mode) {
-    const std::string path = (dir_ / "secret").string();
+    std::string path = (dir_ / "secret").string();
     fs::remove(path);
     std::ofstream(path) << "0123456789abcdef0123456789abcdef\n";
     EXPECT_EQ(::chmod(path.c_str(), mode), 0);

@@ -93,6 +93,7 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
   const int sets = static_cast<int>(std::clamp<std::size_t>(
       (std::size_t{256} << 20) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 8));
   std::vector<std::unique_ptr<InputSet>> inputs;
+  inputs.reserve(static_cast<std::size_t>(sets));
   for (int s = 0; s < sets; ++s)
     inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
   const OptimizerConfig cfg{.lr = 0.01f,

@@ -148,7 +148,7 @@ class Events {
 // host launch gap.
 template <typename Op>
 std::vector<double> time_on_stream(cudaStream_t stream, int warmup, int iters, Op&& op) {
-  const auto total = static_cast<std::size_t>(warmup + iters);
+  const auto total = static_cast<std::size_t>(warmup) + static_cast<std::size_t>(iters);
   Events events(2 * total);
   for (std::size_t i = 0; i < total; ++i) {
     PSRT_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
@@ -157,7 +157,7 @@ std::vector<double> time_on_stream(cudaStream_t stream, int warmup, int iters, O
   }
   PSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> seconds;
-  for (std::size_t i = static_cast<std::size_t>(warmup); i < total; ++i) {
+  for (auto i = static_cast<std::size_t>(warmup); i < total; ++i) {
     float ms = 0.f;
     PSRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
     seconds.push_back(static_cast<double>(ms) * 1e-3);
@@ -173,8 +173,8 @@ std::vector<std::byte> random_values(kernels::DType dtype, std::size_t count, st
   std::vector<std::byte> out(count * size);
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint64_t r = rng();
-    const std::uint32_t sign = static_cast<std::uint32_t>(r & 1u);
-    const std::uint32_t exp_offset = static_cast<std::uint32_t>((r >> 1) % 9);  // 2^-8 .. 2^0
+    const auto sign = static_cast<std::uint32_t>(r & 1u);
+    const auto exp_offset = static_cast<std::uint32_t>((r >> 1) % 9);  // 2^-8 .. 2^0
     const auto mantissa = static_cast<std::uint32_t>(r >> 8);
     if (dtype == kernels::DType::kF32) {
       const std::uint32_t bits = sign << 31 | (119 + exp_offset) << 23 | (mantissa & 0x7fffffu);
@@ -192,118 +192,119 @@ std::vector<std::byte> random_values(kernels::DType dtype, std::size_t count, st
   return out;
 }
 
-// One parameter count on the current device: prints its JSON line.
-void run_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t params,
-              kernels::DType dtype) {
-  const std::size_t n = static_cast<std::size_t>(c.workers);
-  const std::size_t gsize = kernels::dtype_size(dtype);
-  const std::size_t grad_stride = round_up(params * gsize, kAlign);
-  const std::size_t state_stride = round_up(params * sizeof(float), kAlign);
-  const std::size_t set_bytes = n * grad_stride + 2 * state_stride;
-  const double update_bytes =
-      static_cast<double>(params) * (static_cast<double>(n * gsize) + 4.0 * sizeof(float));
-  const std::size_t copy_bytes = round_up(
-      std::max({kMinCopyBytes, static_cast<std::size_t>(update_bytes / 2), 4 * dev.l2_bytes}),
+// The buffers of one parameter count: `sets` input sets (N gradients, then weights, then
+// momentum, each 256-byte aligned) rotated so that they do not stay in L2, and the copy buffers.
+struct CaseLayout {
+  std::size_t n = 0;  // gradients per update
+  std::size_t gsize = 0;
+  std::size_t grad_stride = 0;
+  std::size_t state_stride = 0;
+  std::size_t set_bytes = 0;
+  double update_bytes = 0;  // what one update reads and writes
+  std::size_t copy_bytes = 0;
+  std::size_t sets = 0;
+};
+
+// Sizes the sets to fit nine tenths of the free memory; throws when not even one fits.
+CaseLayout layout_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t params,
+                       kernels::DType dtype) {
+  CaseLayout l;
+  l.n = static_cast<std::size_t>(c.workers);
+  l.gsize = kernels::dtype_size(dtype);
+  l.grad_stride = round_up(params * l.gsize, kAlign);
+  l.state_stride = round_up(params * sizeof(float), kAlign);
+  l.set_bytes = l.n * l.grad_stride + 2 * l.state_stride;
+  l.update_bytes =
+      static_cast<double>(params) * (static_cast<double>(l.n * l.gsize) + 4.0 * sizeof(float));
+  l.copy_bytes = round_up(
+      std::max({kMinCopyBytes, static_cast<std::size_t>(l.update_bytes / 2), 4 * dev.l2_bytes}),
       kAlign);
 
-  std::size_t sets =
-      std::clamp<std::size_t>((4 * dev.l2_bytes + set_bytes - 1) / set_bytes, kMinSets, kMaxSets);
+  l.sets = std::clamp<std::size_t>((4 * dev.l2_bytes + l.set_bytes - 1) / l.set_bytes, kMinSets,
+                                   kMaxSets);
   std::size_t free_bytes = 0, total_bytes = 0;
   PSRT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // Leave a tenth of the free memory (and room for tables and events) alone.
   const std::size_t budget = free_bytes / 10 * 9;
-  while (sets > 1 && sets * set_bytes + 2 * copy_bytes > budget)
-    --sets;
-  if (sets * set_bytes + 2 * copy_bytes > budget) {
+  while (l.sets > 1 && l.sets * l.set_bytes + 2 * l.copy_bytes > budget)
+    --l.sets;
+  if (l.sets * l.set_bytes + 2 * l.copy_bytes > budget) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--params {}: one input set ({} gradients of {} and fp32 weights and "
                             "momentum, {:.2f} GiB) and the {:.2f} GiB copy buffers do not fit in "
                             "the {:.2f} GiB free on {}",
-                            params, n, c.dtype, static_cast<double>(set_bytes) / (1 << 30),
-                            2.0 * static_cast<double>(copy_bytes) / (1 << 30),
+                            params, l.n, c.dtype, static_cast<double>(l.set_bytes) / (1 << 30),
+                            2.0 * static_cast<double>(l.copy_bytes) / (1 << 30),
                             static_cast<double>(free_bytes) / (1 << 30), dev.name));
   }
+  return l;
+}
 
-  // Inputs: one allocation of `sets` sets, each N gradients then weights then momentum. Gradient
-  // 0 of set 0 and the weights of set 0 are uploaded from the host; everything else is a device
-  // copy of them (the values do not matter to the timing, only that they are finite).
-  DeviceBuffer arena(sets * set_bytes);
-  const std::vector<std::byte> host_grad = random_values(dtype, params, 42);
-  const std::vector<std::byte> host_weights = random_values(kernels::DType::kF32, params, 7);
-  auto grad_ptr = [&](std::size_t s, std::size_t j) {
-    return arena.data() + s * set_bytes + j * grad_stride;
-  };
-  auto weights_ptr = [&](std::size_t s) {
-    return reinterpret_cast<float*>(arena.data() + s * set_bytes + n * grad_stride);
-  };
-  auto momentum_ptr = [&](std::size_t s) {
-    return reinterpret_cast<float*>(arena.data() + s * set_bytes + n * grad_stride + state_stride);
-  };
-  PSRT_CUDA_CHECK(
-      cudaMemcpy(grad_ptr(0, 0), host_grad.data(), host_grad.size(), cudaMemcpyHostToDevice));
-  PSRT_CUDA_CHECK(
-      cudaMemcpy(weights_ptr(0), host_weights.data(), host_weights.size(), cudaMemcpyHostToDevice));
-  for (std::size_t s = 0; s < sets; ++s) {
-    for (std::size_t j = 0; j < n; ++j) {
-      if (s == 0 && j == 0) continue;
-      PSRT_CUDA_CHECK(
-          cudaMemcpy(grad_ptr(s, j), grad_ptr(0, 0), params * gsize, cudaMemcpyDeviceToDevice));
+// The input sets in one allocation, and one SliceUpdate per set.
+class CaseInputs {
+ public:
+  // Gradient 0 of set 0 and the weights of set 0 are uploaded from the host; everything else is
+  // a device copy of them (the values do not matter to the timing, only that they are finite).
+  CaseInputs(const CaseLayout& l, const KernelBenchConfig& c, std::size_t params,
+             kernels::DType dtype)
+      : l_(l), arena_(l.sets * l.set_bytes), grads_(l.sets), updates_(l.sets) {
+    const std::vector<std::byte> host_grad = random_values(dtype, params, 42);
+    const std::vector<std::byte> host_weights = random_values(kernels::DType::kF32, params, 7);
+    PSRT_CUDA_CHECK(
+        cudaMemcpy(grad_ptr(0, 0), host_grad.data(), host_grad.size(), cudaMemcpyHostToDevice));
+    PSRT_CUDA_CHECK(cudaMemcpy(weights_ptr(0), host_weights.data(), host_weights.size(),
+                               cudaMemcpyHostToDevice));
+    for (std::size_t s = 0; s < l.sets; ++s) {
+      for (std::size_t j = 0; j < l.n; ++j) {
+        if (s == 0 && j == 0) continue;
+        PSRT_CUDA_CHECK(
+            cudaMemcpy(grad_ptr(s, j), grad_ptr(0, 0), params * l.gsize, cudaMemcpyDeviceToDevice));
+      }
+      if (s > 0) {
+        PSRT_CUDA_CHECK(cudaMemcpy(weights_ptr(s), weights_ptr(0), params * sizeof(float),
+                                   cudaMemcpyDeviceToDevice));
+      }
+      PSRT_CUDA_CHECK(cudaMemset(momentum_ptr(s), 0, params * sizeof(float)));
     }
-    if (s > 0) {
-      PSRT_CUDA_CHECK(cudaMemcpy(weights_ptr(s), weights_ptr(0), params * sizeof(float),
-                                 cudaMemcpyDeviceToDevice));
+    for (std::size_t s = 0; s < l.sets; ++s) {
+      for (std::size_t j = 0; j < l.n; ++j)
+        grads_[s].push_back(grad_ptr(s, j));
+      kernels::SliceUpdate& u = updates_[s];
+      u.weights = weights_ptr(s);
+      u.momentum = momentum_ptr(s);
+      u.grads = grads_[s].data();
+      u.num_grads = c.workers;
+      u.dtype = dtype;
+      u.count = params;
+      u.grad_scale = 1.f / static_cast<float>(c.workers);
     }
-    PSRT_CUDA_CHECK(cudaMemset(momentum_ptr(s), 0, params * sizeof(float)));
   }
 
-  const OptimizerConfig cfg{
-      .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
-  std::vector<std::vector<const void*>> grads(sets);
-  std::vector<kernels::SliceUpdate> updates(sets);
-  std::vector<kernels::FusedSgdCudaBatch> batches;
-  batches.reserve(sets);
-  for (std::size_t s = 0; s < sets; ++s) {
-    for (std::size_t j = 0; j < n; ++j)
-      grads[s].push_back(grad_ptr(s, j));
-    kernels::SliceUpdate& u = updates[s];
-    u.weights = weights_ptr(s);
-    u.momentum = momentum_ptr(s);
-    u.grads = grads[s].data();
-    u.num_grads = c.workers;
-    u.dtype = dtype;
-    u.count = params;
-    u.grad_scale = 1.f / static_cast<float>(c.workers);
-    batches.emplace_back(std::span<const kernels::SliceUpdate>(&u, 1), cfg);
+  std::vector<kernels::SliceUpdate>& updates() { return updates_; }
+
+ private:
+  std::byte* grad_ptr(std::size_t s, std::size_t j) const {
+    return arena_.data() + s * l_.set_bytes + j * l_.grad_stride;
+  }
+  float* weights_ptr(std::size_t s) const {
+    return reinterpret_cast<float*>(arena_.data() + s * l_.set_bytes + l_.n * l_.grad_stride);
+  }
+  float* momentum_ptr(std::size_t s) const {
+    return reinterpret_cast<float*>(arena_.data() + s * l_.set_bytes + l_.n * l_.grad_stride +
+                                    l_.state_stride);
   }
 
-  Stream stream;
-  const std::vector<double> update_times =
-      time_on_stream(stream.get(), c.warmup, c.iters,
-                     [&](std::size_t i) { batches[i % sets].launch(stream.get()); });
+  CaseLayout l_;
+  DeviceBuffer arena_;
+  std::vector<std::vector<const void*>> grads_;
+  std::vector<kernels::SliceUpdate> updates_;
+};
 
-  // What the server waits for: the public blocking call, host wall time.
-  std::vector<double> blocking_times;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(c.warmup + c.iters); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    kernels::fused_sgd_cuda(std::span<const kernels::SliceUpdate>(&updates[i % sets], 1), cfg,
-                            stream.get());
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= static_cast<std::size_t>(c.warmup)) blocking_times.push_back(t);
-  }
-
-  DeviceBuffer src(copy_bytes), dst(copy_bytes);
-  PSRT_CUDA_CHECK(cudaMemset(src.data(), 0x3c, copy_bytes));
-  PSRT_CUDA_CHECK(cudaMemset(dst.data(), 0, copy_bytes));
-  const std::vector<double> copy_times =
-      time_on_stream(stream.get(), c.warmup, c.iters, [&](std::size_t) {
-        PSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes,
-                                        cudaMemcpyDeviceToDevice, stream.get()));
-      });
-
-  const double t_update = median(update_times);
-  const double t_copy = median(copy_times);
-  const double gbps = update_bytes / t_update / 1e9;
-  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / t_copy / 1e9;
+// The JSON line of one parameter count, from the three medians (seconds).
+void print_case(const KernelBenchConfig& c, const DeviceInfo& dev, const CaseLayout& l,
+                std::size_t params, double t_update, double t_blocking, double t_copy) {
+  const double gbps = l.update_bytes / t_update / 1e9;
+  const double copy_gbps = 2.0 * static_cast<double>(l.copy_bytes) / t_copy / 1e9;
   nlohmann::json line{{"bench", "kernel"},
                       {"device", "cuda"},
                       {"device_index", dev.index},
@@ -317,16 +318,56 @@ void run_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t par
                       {"params", params},
                       {"dtype", c.dtype},
                       {"iters", c.iters},
-                      {"sets", sets},
-                      {"working_set_bytes", sets * set_bytes},
+                      {"sets", l.sets},
+                      {"working_set_bytes", l.sets * l.set_bytes},
                       {"us_p50", t_update * 1e6},
-                      {"blocking_us_p50", median(blocking_times) * 1e6},
+                      {"blocking_us_p50", t_blocking * 1e6},
                       {"GBps", gbps},
-                      {"copy_bytes", copy_bytes},
+                      {"copy_bytes", l.copy_bytes},
                       {"copy_us_p50", t_copy * 1e6},
                       {"copy_GBps", copy_gbps},
                       {"pct_of_copy", 100.0 * gbps / copy_gbps}};
   std::cout << line.dump() << std::endl;
+}
+
+// One parameter count on the current device: prints its JSON line.
+void run_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t params,
+              kernels::DType dtype) {
+  const CaseLayout l = layout_case(c, dev, params, dtype);
+  CaseInputs inputs(l, c, params, dtype);
+  auto& updates = inputs.updates();
+  const OptimizerConfig cfg{
+      .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
+  std::vector<kernels::FusedSgdCudaBatch> batches;
+  batches.reserve(l.sets);
+  for (auto& u : updates)
+    batches.emplace_back(std::span<const kernels::SliceUpdate>(&u, 1), cfg);
+
+  Stream stream;
+  const std::vector<double> update_times =
+      time_on_stream(stream.get(), c.warmup, c.iters,
+                     [&](std::size_t i) { batches[i % l.sets].launch(stream.get()); });
+
+  // What the server waits for: the public blocking call, host wall time.
+  std::vector<double> blocking_times;
+  const std::size_t runs = static_cast<std::size_t>(c.warmup) + static_cast<std::size_t>(c.iters);
+  for (std::size_t i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::fused_sgd_cuda(std::span<const kernels::SliceUpdate>(&updates[i % l.sets], 1), cfg,
+                            stream.get());
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= static_cast<std::size_t>(c.warmup)) blocking_times.push_back(t);
+  }
+
+  DeviceBuffer src(l.copy_bytes), dst(l.copy_bytes);
+  PSRT_CUDA_CHECK(cudaMemset(src.data(), 0x3c, l.copy_bytes));
+  PSRT_CUDA_CHECK(cudaMemset(dst.data(), 0, l.copy_bytes));
+  const std::vector<double> copy_times =
+      time_on_stream(stream.get(), c.warmup, c.iters, [&](std::size_t) {
+        PSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), l.copy_bytes,
+                                        cudaMemcpyDeviceToDevice, stream.get()));
+      });
+  print_case(c, dev, l, params, median(update_times), median(blocking_times), median(copy_times));
 }
 
 }  // namespace

@@ -9,11 +9,17 @@
 #include "transport/factory.h"
 #include "transport_bench.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"psbench: psrt benchmarks; one JSON object per measurement on stdout"};
-  app.require_subcommand(1);
+namespace {
 
-  psrt::bench::TransportBenchConfig tc;
+// The hidden passive side of `psbench transport` (psbench starts it).
+struct PeerConfig {
+  std::string transport = "tcp";
+  std::string listen = "127.0.0.1:0";
+  std::size_t max_size = std::size_t{1} << 30;
+  bool secure = false;
+};
+
+CLI::App* add_transport_command(CLI::App& app, psrt::bench::TransportBenchConfig& tc) {
   std::string backends;
   for (const auto& b : psrt::transport::available_backends())
     backends += " " + b;
@@ -36,8 +42,10 @@ int main(int argc, char** argv) {
   tr->add_option("--connect", tc.connect, "measure against a passive side at HOST:PORT");
   tr->add_flag("--secure", tc.secure,
                "the secure mode on both sides (secret: PSRT_SECRET, else a fresh one)");
+  return tr;
+}
 
-  psrt::bench::PushPullConfig pc;
+CLI::App* add_pushpull_command(CLI::App& app, psrt::bench::PushPullConfig& pc) {
   auto* pp = app.add_subcommand(
       "pushpull", "push_pull rounds through the parameter server; run it as psrun's COMMAND");
   pp->add_option("--size", pc.sizes, "tensor sizes in bytes, comma-separated")
@@ -49,8 +57,10 @@ int main(int argc, char** argv) {
   pp->add_option("--warmup", pc.warmup, "unmeasured rounds first")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  return pp;
+}
 
-  psrt::bench::KernelBenchConfig kc;
+CLI::App* add_kernel_command(CLI::App& app, psrt::bench::KernelBenchConfig& kc) {
   auto* kb = app.add_subcommand(
       "kernel", "the server's fused aggregate+SGD update vs a large copy timed in the same run");
   kb->add_option("--device", kc.device, "cpu | cuda | cuda:N (cuda is cuda:0)")
@@ -88,18 +98,35 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   kb->add_flag("--skip-nonfinite", kc.skip_nonfinite,
                "cpu: skip a step whose gradient holds a NaN or infinity (times the pre-pass)");
+  return kb;
+}
 
-  auto* list = app.add_subcommand("backends", "print the transport backends of this build");
-
-  std::string peer_transport = "tcp", peer_listen = "127.0.0.1:0";
+CLI::App* add_peer_command(CLI::App& app, PeerConfig& c) {
   auto* peer = app.add_subcommand("transport-peer", "internal: the passive side psbench starts");
   peer->group("");  // hidden
-  peer->add_option("--transport", peer_transport);
-  peer->add_option("--listen", peer_listen);
-  std::size_t peer_max_size = std::size_t{1} << 30;
-  peer->add_option("--max-size", peer_max_size);
-  bool peer_secure = false;
-  peer->add_flag("--secure", peer_secure);
+  peer->add_option("--transport", c.transport);
+  peer->add_option("--listen", c.listen);
+  peer->add_option("--max-size", c.max_size);
+  peer->add_flag("--secure", c.secure);
+  return peer;
+}
+
+}  // namespace
+
+// CLI11's and the allocator's exceptions end psbench with the runtime's message; psrt::Error is
+// caught below.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
+  CLI::App app{"psbench: psrt benchmarks; one JSON object per measurement on stdout"};
+  app.require_subcommand(1);
+  psrt::bench::TransportBenchConfig tc;
+  auto* tr = add_transport_command(app, tc);
+  psrt::bench::PushPullConfig pc;
+  auto* pp = add_pushpull_command(app, pc);
+  psrt::bench::KernelBenchConfig kc;
+  auto* kb = add_kernel_command(app, kc);
+  auto* list = app.add_subcommand("backends", "print the transport backends of this build");
+  PeerConfig peer_config;
+  auto* peer = add_peer_command(app, peer_config);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -112,8 +139,8 @@ int main(int argc, char** argv) {
     if (*pp) return psrt::bench::run_pushpull_bench(pc);
     if (*kb) return psrt::bench::run_kernel_bench(kc);
     if (*peer)
-      return psrt::bench::run_transport_peer(peer_transport, peer_listen, peer_max_size,
-                                             peer_secure);
+      return psrt::bench::run_transport_peer(peer_config.transport, peer_config.listen,
+                                             peer_config.max_size, peer_config.secure);
   } catch (const psrt::Error& e) {
     std::cerr << "psbench: " << e.what() << "\n";
     return 1;

@@ -4,6 +4,7 @@
 #include <x86intrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -88,7 +89,7 @@ class BenchBuffer {
   std::byte* data_;
 };
 
-const transport::SendDone kIgnore = [](const Status& st) {
+const transport::SendDone ignore_failure = [](const Status& st) {
   if (!st.ok()) PSRT_LOG_ERROR("psbench: send failed: {}", st.message());
 };
 
@@ -112,14 +113,14 @@ class PeerReceiver final : public transport::Receiver {
       case Kind::kPing: {
         auto reply = encode({Kind::kPong, h.value});
         ConstBuffer b{send_.data(), p.dest.size};
-        conn.send(reply, std::span<const ConstBuffer>(&b, p.dest.size ? 1 : 0), kIgnore);
+        conn.send(reply, std::span<const ConstBuffer>(&b, p.dest.size ? 1 : 0), ignore_failure);
         break;
       }
       case Kind::kData:
         if (++received_ == h.value) {
           received_ = 0;
           auto ack = encode({Kind::kAck, h.value});
-          conn.send(ack, {}, kIgnore);
+          conn.send(ack, {}, ignore_failure);
         }
         break;
       case Kind::kBye:
@@ -216,7 +217,7 @@ class ClientReceiver final : public transport::Receiver {
   void send_ping() {
     auto h = encode({Kind::kPing, 0});
     ConstBuffer b{send_.data(), size_};
-    conn_->send(h, std::span<const ConstBuffer>(&b, size_ ? 1 : 0), kIgnore);
+    conn_->send(h, std::span<const ConstBuffer>(&b, size_ ? 1 : 0), ignore_failure);
   }
   void issue_data() {
     --to_issue_;
@@ -257,7 +258,7 @@ std::string bench_secret() {
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  auto idx = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  auto idx = static_cast<std::size_t>(std::llround(q * static_cast<double>(v.size() - 1)));
   return v[std::min(idx, v.size() - 1)];
 }
 
@@ -290,7 +291,7 @@ int run_transport_bench(const TransportBenchConfig& cfg) {
     std::vector<std::string> args{
         "transport-peer", "--transport", cfg.transport,           "--listen",
         "127.0.0.1:0",    "--max-size",  std::to_string(max_size)};
-    if (cfg.secure) args.push_back("--secure");
+    if (cfg.secure) args.emplace_back("--secure");
     peer = std::make_unique<PeerProcess>(args, std::chrono::seconds(30));
     address = peer->address();
   }

@@ -11,7 +11,6 @@
 
 #include "base/log.h"
 #include "psrt/psrt.h"
-#include "psrt/torch.h"
 #include "pstrain/checkpoint.h"
 #include "pstrain/data/batch.h"
 #include "pstrain/data/dataset.h"
@@ -19,8 +18,8 @@
 #include "pstrain/device.h"
 #include "pstrain/evaluate.h"
 #include "pstrain/lr_schedule.h"
+#include "pstrain/optimizer.h"
 #include "pstrain/report.h"
-#include "runtime/env_contract.h"
 
 namespace psrt::pstrain {
 namespace {
@@ -48,12 +47,6 @@ std::uint64_t step_seed(std::uint64_t seed, int rank, std::int64_t epoch, std::i
   return z ^ (z >> 31);
 }
 
-GradType grad_type_of(const std::string& s) {
-  if (s == "fp16") return GradType::kF16;
-  if (s == "bf16") return GradType::kBF16;
-  return GradType::kF32;
-}
-
 std::string metrics_path(const std::string& path, int rank) {
   const auto at = path.find("{rank}");
   if (at == std::string::npos) return rank == 0 ? path : "";
@@ -62,47 +55,18 @@ std::string metrics_path(const std::string& path, int rank) {
   return p;
 }
 
-}  // namespace
-
-void train(const TrainOptions& o) {
-  validate(o);
-  // Before the job is joined: a worker that cannot use its device fails at once, and the
-  // others (failing the same way) do not wait for it.
-  const ::torch::Device device = resolve_device(o.device);
-  const auto wall_start = Clock::now();
-
+DataSplit load_data(const TrainOptions& o) {
   SyntheticSpec synthetic;
   synthetic.train_size = o.synthetic_size;
   synthetic.seed = o.seed;
-  const DataSplit data = load_dataset(o.dataset, o.data_dir, synthetic);
-  const ModelSpec spec{data.train.images.size(1), data.train.images.size(2),
-                       data.train.images.size(3), data.train.num_classes};
-  ::torch::manual_seed(o.seed);
-  auto model = make_model(o.model, spec);
-  // Initialised on the CPU (the same weights for every --device), then moved: before the
-  // optimizers take the parameters, which must not change storage afterwards.
-  model->to(device);
+  return load_dataset(o.dataset, o.data_dir, synthetic);
+}
 
-  std::optional<Worker> worker;
-  int rank = 0, world = 1;
-  if (!o.no_ps) {
-    worker.emplace(Worker::from_env());
-    rank = worker->rank();
-    world = worker->num_workers();
-  }
-  at::set_num_threads(
-      o.threads > 0 ? o.threads : threads_per_process(worker ? world + worker->num_servers() : 1));
-
-  std::unique_ptr<::torch::optim::SGD> local;
-  if (o.no_ps)
-    local =
-        std::make_unique<::torch::optim::SGD>(model->parameters(), ::torch::optim::SGDOptions(o.lr)
-                                                                       .momentum(o.momentum)
-                                                                       .dampening(o.dampening)
-                                                                       .weight_decay(o.weight_decay)
-                                                                       .nesterov(o.nesterov));
-
-  std::int64_t step = 0;
+// The step at which this run starts: 0, or --resume's latest checkpoint (loaded into `model` and
+// the optimizer's state). Refuses a --train-dir that holds an earlier run without --resume, and
+// a checkpoint whose job does not continue with these options.
+std::int64_t resume(const TrainOptions& o, int world, ::torch::nn::Module& model,
+                    TrainOptimizer& opt, ::torch::Device device) {
   if (!o.resume && !o.train_dir.empty()) {
     if (auto old = latest_checkpoint(o.train_dir))
       throw Error(ErrorCode::kInvalidArgument,
@@ -110,200 +74,245 @@ void train(const TrainOptions& o) {
                               "step {}): pass --resume to continue it, or another --train-dir",
                               o.train_dir, old->step));
   }
-  if (o.resume) {
-    if (auto ck = latest_checkpoint(o.train_dir)) {
-      if (ck->workers != world || ck->batch_size != o.batch_size)
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--resume: the checkpoint in {} was written by {} worker(s) with "
-                                "--batch-size {}, this run has {} and {}: the data order and the "
-                                "steps per epoch would not continue; resume with the same",
-                                o.train_dir, ck->workers, ck->batch_size, world, o.batch_size));
-      if (ck->model != o.model || ck->dataset != o.dataset)
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--resume: the latest checkpoint in {} trains {} on {}, not {} "
-                                "on {}; pass the same --model and --dataset or another "
-                                "--train-dir",
-                                o.train_dir, ck->model, ck->dataset, o.model, o.dataset));
-      load_checkpoint(*ck, *model, local.get(), device);
-      step = ck->step;
-      PSRT_LOG_INFO("resumed from {} at step {} (epoch {}), weights {}", ck->weights, ck->step,
-                    ck->epoch, weights_digest(*model));
-    } else {
-      PSRT_LOG_INFO("--resume: no checkpoint in {} yet; starting from step 0", o.train_dir);
-    }
+  if (!o.resume) return 0;
+  auto ck = latest_checkpoint(o.train_dir);
+  if (!ck) {
+    PSRT_LOG_INFO("--resume: no checkpoint in {} yet; starting from step 0", o.train_dir);
+    return 0;
   }
+  if (ck->workers != world || ck->batch_size != o.batch_size)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--resume: the checkpoint in {} was written by {} worker(s) with "
+                            "--batch-size {}, this run has {} and {}: the data order and the "
+                            "steps per epoch would not continue; resume with the same",
+                            o.train_dir, ck->workers, ck->batch_size, world, o.batch_size));
+  if (ck->model != o.model || ck->dataset != o.dataset)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--resume: the latest checkpoint in {} trains {} on {}, not {} "
+                            "on {}; pass the same --model and --dataset or another "
+                            "--train-dir",
+                            o.train_dir, ck->model, ck->dataset, o.model, o.dataset));
+  load_checkpoint(*ck, model, opt.checkpoint_state(), device);
+  PSRT_LOG_INFO("resumed from {} at step {} (epoch {}), weights {}", ck->weights, ck->step,
+                ck->epoch, weights_digest(model));
+  return ck->step;
+}
 
-  // --lr is the rate of a round that averages N gradients (sync). In async and ssp every
-  // gradient is applied alone, N times as often: each gets lr / N, the same step per sample.
-  float base_lr = o.lr;
-  if (worker) {
-    const std::string mode = runtime::env_string("PSRT_MODE");
-    if (mode != "sync" && world > 1) {
-      base_lr = o.lr / static_cast<float>(world);
-      if (rank == 0)
-        PSRT_LOG_INFO("mode {}: each gradient is applied alone, with lr {} / {} workers = {}", mode,
-                      o.lr, world, base_lr);
-    }
-  }
-  std::unique_ptr<psrt::torch::DistributedOptimizer> dist;
-  if (worker) {
-    psrt::torch::Options opt;
-    opt.set_sgd = true;
-    opt.sgd = {.lr = base_lr,
-               .momentum = o.momentum,
-               .dampening = o.dampening,
-               .weight_decay = o.weight_decay,
-               .nesterov = o.nesterov};
-    opt.grad_type = grad_type_of(o.grad_dtype);
-    opt.push_credit_bytes = static_cast<std::size_t>(o.push_credit);
-    dist = std::make_unique<psrt::torch::DistributedOptimizer>(*worker, *model, opt);
-  }
-  auto synchronize = [&] {
-    if (dist) dist->synchronize();
-  };
+// How many steps, of how many samples, and when to evaluate and checkpoint.
+struct Schedule {
+  std::int64_t samples = 0;  // in the training set
+  std::int64_t per_epoch = 0;
+  std::int64_t total = 0;
+  std::int64_t checkpoint_every = 0;
+  std::int64_t eval_every = 0;
+  std::int64_t batch = 0;  // per worker
+};
 
-  const std::int64_t n = data.train.images.size(0);
+Schedule schedule_of(const TrainOptions& o, std::int64_t n, int world) {
   if (n < world)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} training samples cannot be shared by {} workers", n, world));
-  const std::int64_t per_epoch = steps_per_epoch(n, world, o.batch_size);
-  std::int64_t total = o.epochs * per_epoch;
-  if (o.max_steps > 0) total = std::min(total, o.max_steps);
-  const std::int64_t checkpoint_every = o.checkpoint_every ? o.checkpoint_every : per_epoch;
-  const std::int64_t eval_every = o.eval_every ? o.eval_every : per_epoch;
-  const std::int64_t batch = std::min(o.batch_size, n / world);
+  Schedule s;
+  s.samples = n;
+  s.per_epoch = steps_per_epoch(n, world, o.batch_size);
+  s.total = o.epochs * s.per_epoch;
+  if (o.max_steps > 0) s.total = std::min(s.total, o.max_steps);
+  s.checkpoint_every = o.checkpoint_every ? o.checkpoint_every : s.per_epoch;
+  s.eval_every = o.eval_every ? o.eval_every : s.per_epoch;
+  s.batch = std::min(o.batch_size, n / world);
+  return s;
+}
 
-  MetricsFile metrics(metrics_path(o.metrics, rank));
-  if (rank == 0 && !o.train_dir.empty()) {
+// One training run: set up in the constructor, then run().
+class TrainRun {
+ public:
+  explicit TrainRun(const TrainOptions& o);
+  void run();
+
+ private:
+  void train_step();
+  void checkpoint();
+  void evaluate_now();
+  void summarize() const;
+
+  const TrainOptions& o_;
+  // Before the job is joined: a worker that cannot use its device fails at once, and the
+  // others (failing the same way) do not wait for it.
+  const ::torch::Device device_;
+  const Clock::time_point wall_start_ = Clock::now();
+  const DataSplit data_;
+  const ModelSpec spec_;
+  std::shared_ptr<ClassifierImpl> model_;
+  std::unique_ptr<TrainOptimizer> opt_;
+  const int rank_, world_;
+  std::int64_t step_ = 0;
+  float base_lr_ = 0.f;
+  Schedule sched_;
+  std::optional<MetricsFile> metrics_;
+  std::optional<Progress> progress_;
+
+  double train_seconds_ = 0;
+  std::int64_t steps_done_ = 0;
+  std::optional<EvalResult> last_eval_;
+  std::int64_t last_eval_step_ = -1;
+  ::torch::Tensor shard_;
+  std::int64_t shard_epoch_ = -1;
+};
+
+TrainRun::TrainRun(const TrainOptions& o)
+    : o_(o),
+      device_(resolve_device(o.device)),
+      data_(load_data(o)),
+      spec_{data_.train.images.size(1), data_.train.images.size(2), data_.train.images.size(3),
+            data_.train.num_classes},
+      model_([&] {
+        ::torch::manual_seed(o.seed);
+        auto m = make_model(o.model, spec_);
+        // Initialised on the CPU (the same weights for every --device), then moved: before the
+        // optimizers take the parameters, which must not change storage afterwards.
+        m->to(device_);
+        return m;
+      }()),
+      opt_(make_optimizer(o, *model_)),
+      rank_(opt_->rank()),
+      world_(opt_->world()) {
+  at::set_num_threads(o.threads > 0 ? o.threads : threads_per_process(opt_->processes()));
+  step_ = resume(o, world_, *model_, *opt_, device_);
+  base_lr_ = opt_->start(*model_);
+  sched_ = schedule_of(o, data_.train.images.size(0), world_);
+  metrics_.emplace(metrics_path(o.metrics, rank_));
+  if (rank_ == 0 && !o.train_dir.empty()) {
     std::error_code ignored;  // pseval --watch must not take an earlier run's DONE for this one
     std::filesystem::remove(std::filesystem::path(o.train_dir) / "DONE", ignored);
   }
-  Progress progress(o.log_every, rank == 0);
-  if (rank == 0)
+  progress_.emplace(o.log_every, rank_ == 0);
+  if (rank_ == 0)
     PSRT_LOG_INFO(
         "training {} on {} ({} samples) with {} worker(s) on {}, batch {} per worker, "
         "{} steps per epoch, {} steps, {} threads",
-        o.model, o.dataset, n, world, device.str(), batch, per_epoch, total, at::get_num_threads());
+        o.model, o.dataset, sched_.samples, world_, device_.str(), sched_.batch, sched_.per_epoch,
+        sched_.total, at::get_num_threads());
+}
 
-  double train_seconds = 0;
-  std::int64_t steps_done = 0;
-  std::optional<EvalResult> last_eval;
-  std::int64_t last_eval_step = -1;
-  auto run_eval = [&] {
-    synchronize();
-    last_eval = evaluate(*model, data.test);
-    last_eval_step = step;
-    metrics.write({{"step", step},
-                   {"epoch", step > 0 ? (step - 1) / per_epoch : 0},  // of the last step done
-                   {"time_s", seconds_since(wall_start)},
-                   {"test_loss", last_eval->loss},
-                   {"test_accuracy", last_eval->accuracy}});
-    progress.note(fmt::format("step {} test_accuracy {:.4f} test_loss {:.4f}", step,
-                              last_eval->accuracy, last_eval->loss));
-  };
-
-  ::torch::Tensor shard;
-  std::int64_t shard_epoch = -1;
-  while (step < total) {
-    const std::int64_t epoch = step / per_epoch;
-    const std::int64_t index = step % per_epoch;
-    if (epoch != shard_epoch) {
-      shard = epoch_shard(n, rank, world, o.seed, epoch);
-      shard_epoch = epoch;
-    }
-    const Batch b =
-        make_batch(data.train, shard, index * batch, batch, step_seed(o.seed, rank, epoch, index));
-    // Built on the CPU (the same samples for every --device); no copy when device is the CPU.
-    const ::torch::Tensor images = b.images.to(device), labels = b.labels.to(device);
-    const float lr = lr_at(o.lr_schedule, base_lr, step, total);
-    if (local) {
-      for (auto& group : local->param_groups())
-        static_cast<::torch::optim::SGDOptions&>(group.options()).lr(lr);
-    } else if (o.lr_schedule != "none") {
-      dist->set_learning_rate(lr);
-    }
-
-    const auto t0 = Clock::now();
-    model->train();
-    if (local)
-      local->zero_grad();
-    else
-      dist->zero_grad();
-    auto logits = model->forward(images);
-    auto loss = ::torch::nn::functional::cross_entropy(logits, labels);
-    loss.backward();
-    if (local)
-      local->step();
-    else
-      dist->step();
-    const double loss_value = loss.item<double>();
-    const double acc = logits.argmax(1).eq(labels).to(::torch::kFloat).mean().item<double>();
-    const double dt = seconds_since(t0);
-    train_seconds += dt;
-    ++steps_done;
-    ++step;
-
-    nlohmann::json line{{"step", step},
-                        {"epoch", epoch},
-                        {"time_s", seconds_since(wall_start)},
-                        {"loss", loss_value},
-                        {"train_acc", acc},
-                        {"samples_per_sec", static_cast<double>(batch) / dt},
-                        {"lr", lr}};
-    if (o.digest) {
-      synchronize();
-      line["weights_digest"] = weights_digest(*model);
-    }
-    metrics.write(line);
-    progress.step({step, total, epoch, loss_value, acc,
-                   static_cast<double>(batch * steps_done) / train_seconds, lr});
-
-    const bool epoch_end = step % per_epoch == 0;
-    if (rank == 0 && !o.train_dir.empty() &&
-        (step % checkpoint_every == 0 || epoch_end || step == total)) {
-      synchronize();
-      CheckpointInfo info;
-      info.step = step;
-      info.epoch = step / per_epoch;
-      info.model = o.model;
-      info.dataset = o.dataset;
-      info.data_dir = o.data_dir;
-      info.spec = spec;
-      info.workers = world;
-      info.batch_size = o.batch_size;
-      info.seed = o.seed;
-      save_checkpoint(o.train_dir, *model, local.get(), info);
-      progress.note(fmt::format("checkpoint at step {} in {} (weights {})", step, o.train_dir,
-                                weights_digest(*model)));
-    }
-    if (rank == 0 && (step % eval_every == 0 || epoch_end)) run_eval();
+void TrainRun::run() {
+  while (step_ < sched_.total) {
+    train_step();
+    const bool epoch_end = step_ % sched_.per_epoch == 0;
+    if (rank_ == 0 && !o_.train_dir.empty() &&
+        (step_ % sched_.checkpoint_every == 0 || epoch_end || step_ == sched_.total))
+      checkpoint();
+    if (rank_ == 0 && (step_ % sched_.eval_every == 0 || epoch_end)) evaluate_now();
   }
-  synchronize();
-  progress.finish();
+  opt_->synchronize();
+  progress_->finish();
 
-  if (rank == 0) {
-    if (last_eval_step != step) run_eval();
-    if (!o.train_dir.empty())
-      std::ofstream(std::filesystem::path(o.train_dir) / "DONE") << step << "\n";
-    const double per_worker =
-        train_seconds > 0 ? static_cast<double>(batch * steps_done) / train_seconds : 0;
-    nlohmann::json summary{{"model", o.model},
-                           {"dataset", o.dataset},
-                           {"device", device.str()},
-                           {"workers", world},
-                           {"epochs", o.epochs},
-                           {"steps", step},
-                           {"test_accuracy", last_eval->accuracy},
-                           {"test_loss", last_eval->loss},
-                           {"samples_per_sec", per_worker * world},
-                           {"samples_per_sec_per_worker", per_worker},
-                           {"wall_s", seconds_since(wall_start)},
-                           {"ps", !o.no_ps}};
-    std::printf("%s\n", summary.dump().c_str());
-    std::fflush(stdout);
+  if (rank_ == 0) {
+    if (last_eval_step_ != step_) evaluate_now();
+    if (!o_.train_dir.empty())
+      std::ofstream(std::filesystem::path(o_.train_dir) / "DONE") << step_ << "\n";
+    summarize();
   }
-  dist.reset();
-  if (worker) worker->shutdown();
+  opt_->finish();
+}
+
+void TrainRun::train_step() {
+  const std::int64_t epoch = step_ / sched_.per_epoch;
+  const std::int64_t index = step_ % sched_.per_epoch;
+  if (epoch != shard_epoch_) {
+    shard_ = epoch_shard(sched_.samples, rank_, world_, o_.seed, epoch);
+    shard_epoch_ = epoch;
+  }
+  const Batch b = make_batch(data_.train, shard_, index * sched_.batch, sched_.batch,
+                             step_seed(o_.seed, rank_, epoch, index));
+  // Built on the CPU (the same samples for every --device); no copy when device is the CPU.
+  const ::torch::Tensor images = b.images.to(device_), labels = b.labels.to(device_);
+  const float lr = lr_at(o_.lr_schedule, base_lr_, step_, sched_.total);
+  opt_->set_learning_rate(lr);
+
+  const auto t0 = Clock::now();
+  model_->train();
+  opt_->zero_grad();
+  auto logits = model_->forward(images);
+  auto loss = ::torch::nn::functional::cross_entropy(logits, labels);
+  loss.backward();
+  opt_->step();
+  const double loss_value = loss.item<double>();
+  const double acc = logits.argmax(1).eq(labels).to(::torch::kFloat).mean().item<double>();
+  const double dt = seconds_since(t0);
+  train_seconds_ += dt;
+  ++steps_done_;
+  ++step_;
+
+  nlohmann::json line{{"step", step_},
+                      {"epoch", epoch},
+                      {"time_s", seconds_since(wall_start_)},
+                      {"loss", loss_value},
+                      {"train_acc", acc},
+                      {"samples_per_sec", static_cast<double>(sched_.batch) / dt},
+                      {"lr", lr}};
+  if (o_.digest) {
+    opt_->synchronize();
+    line["weights_digest"] = weights_digest(*model_);
+  }
+  metrics_->write(line);
+  progress_->step({step_, sched_.total, epoch, loss_value, acc,
+                   static_cast<double>(sched_.batch * steps_done_) / train_seconds_, lr});
+}
+
+void TrainRun::checkpoint() {
+  opt_->synchronize();
+  CheckpointInfo info;
+  info.step = step_;
+  info.epoch = step_ / sched_.per_epoch;
+  info.model = o_.model;
+  info.dataset = o_.dataset;
+  info.data_dir = o_.data_dir;
+  info.spec = spec_;
+  info.workers = world_;
+  info.batch_size = o_.batch_size;
+  info.seed = o_.seed;
+  save_checkpoint(o_.train_dir, *model_, opt_->checkpoint_state(), info);
+  progress_->note(fmt::format("checkpoint at step {} in {} (weights {})", step_, o_.train_dir,
+                              weights_digest(*model_)));
+}
+
+void TrainRun::evaluate_now() {
+  opt_->synchronize();
+  last_eval_ = evaluate(*model_, data_.test);
+  last_eval_step_ = step_;
+  metrics_->write({{"step", step_},
+                   {"epoch", step_ > 0 ? (step_ - 1) / sched_.per_epoch : 0},  // of the last step
+                   {"time_s", seconds_since(wall_start_)},
+                   {"test_loss", last_eval_->loss},
+                   {"test_accuracy", last_eval_->accuracy}});
+  progress_->note(fmt::format("step {} test_accuracy {:.4f} test_loss {:.4f}", step_,
+                              last_eval_->accuracy, last_eval_->loss));
+}
+
+void TrainRun::summarize() const {
+  const double per_worker =
+      train_seconds_ > 0 ? static_cast<double>(sched_.batch * steps_done_) / train_seconds_ : 0;
+  nlohmann::json summary{{"model", o_.model},
+                         {"dataset", o_.dataset},
+                         {"device", device_.str()},
+                         {"workers", world_},
+                         {"epochs", o_.epochs},
+                         {"steps", step_},
+                         {"test_accuracy", last_eval_->accuracy},
+                         {"test_loss", last_eval_->loss},
+                         {"samples_per_sec", per_worker * world_},
+                         {"samples_per_sec_per_worker", per_worker},
+                         {"wall_s", seconds_since(wall_start_)},
+                         {"ps", !o_.no_ps}};
+  std::printf("%s\n", summary.dump().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void train(const TrainOptions& o) {
+  validate(o);
+  TrainRun(o).run();
 }
 
 }  // namespace psrt::pstrain

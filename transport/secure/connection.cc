@@ -41,7 +41,7 @@ void SecureConnection::send_handshake(HandshakeType type, std::span<const std::b
 void SecureConnection::refuse(SendDone done, Status status) {
   // The backend refuses a header over kMaxHeaderBytes before anything reaches the wire and
   // completes that send on its progress thread, where every completion must run.
-  static const std::array<std::byte, kMaxHeaderBytes + 1> kTooLong{};
+  static constexpr std::array<std::byte, kMaxHeaderBytes + 1> kTooLong{};
   inner_->send(kTooLong, {}, [done = std::move(done), status = std::move(status)](const Status&) {
     done(status);
   });
@@ -187,7 +187,7 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
     if (placed_.empty() || placed_.front().placement.dest.data != placement.dest.data) {
       return fail_on_loop(ErrorCode::kInternal, "a payload arrived that was never placed");
     }
-    Placed p = std::move(placed_.front());
+    Placed p = placed_.front();
     placed_.pop_front();
     auto* data = static_cast<std::byte*>(placement.dest.data);
     const std::size_t size = placement.dest.size;

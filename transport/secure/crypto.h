@@ -8,7 +8,7 @@
 #include <span>
 #include <string_view>
 
-typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+using EVP_CIPHER_CTX = struct evp_cipher_ctx_st;
 
 namespace psrt::transport::secure {
 

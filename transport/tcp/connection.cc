@@ -328,6 +328,7 @@ void TcpConnection::close_on_loop(const Status& why) {
     }
   }
   std::vector<SendDone> failed;
+  failed.reserve(pending.size());
   for (auto& m : pending)
     failed.push_back(std::move(m.done));
   if (!failed.empty()) {

@@ -6,7 +6,7 @@
 namespace psrt::transport::tcp {
 
 std::unique_ptr<Transport> create(std::shared_ptr<Receiver> receiver, Options options) {
-  auto ctx = std::make_shared<TcpContext>(std::move(receiver), options);
+  auto ctx = std::make_shared<TcpContext>(std::move(receiver), std::move(options));
   ctx->start();
   return std::make_unique<ContextHandle<TcpContext>>(std::move(ctx));
 }

@@ -316,7 +316,7 @@ void UcxConnection::deliver_or_queue_on_loop(std::span<const std::byte> header,
 
 void UcxConnection::deliver_in_order_on_loop() {
   while (!undelivered_.empty() && undelivered_.begin()->second.landed && is_open()) {
-    Undelivered u = std::move(undelivered_.begin()->second);
+    Undelivered u = undelivered_.begin()->second;
     undelivered_.erase(undelivered_.begin());
     deliver_on_loop(std::span<const std::byte>(u.header.data(), u.header_len), u.placement);
   }

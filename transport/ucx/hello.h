@@ -36,7 +36,7 @@ inline constexpr std::uint16_t kHelloVersion = 2;
 inline constexpr std::size_t kHelloFixedBytes = 68;
 inline constexpr std::size_t kRouteTokenBytes = 16;
 inline constexpr std::size_t kBootIdBytes = 40;
-inline constexpr std::size_t kMaxWorkerAddressBytes = 64 * 1024;
+inline constexpr std::size_t kMaxWorkerAddressBytes = std::size_t{64} * 1024;
 
 using RouteToken = std::array<std::byte, kRouteTokenBytes>;
 

@@ -1,0 +1,50 @@
+// How pstrain's step loop updates the weights: one interface, two implementations. The local one
+// (--no-ps) is LibTorch's SGD in this process; the distributed one joins the job as a psrt
+// worker and trains through the parameter servers (psrt::torch::DistributedOptimizer).
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "pstrain/options.h"
+
+namespace psrt::pstrain {
+
+class TrainOptimizer {
+ public:
+  virtual ~TrainOptimizer() = default;
+
+  // This process's place in the job: rank 0 of 1 for --no-ps.
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Processes of the job sharing this host's cores (workers and servers; 1 for --no-ps).
+  virtual int processes() const = 0;
+  // The optimizer state a checkpoint saves and --resume restores beside the weights; null when
+  // the servers hold it.
+  virtual ::torch::optim::Optimizer* checkpoint_state() = 0;
+  // Called once the model holds its starting weights (after --resume): from here on the
+  // optimizer trains them. Returns the base learning rate the schedule scales.
+  virtual float start(::torch::nn::Module& model) = 0;
+
+  // The step loop, as torch::optim::Optimizer's.
+  virtual void set_learning_rate(float lr) = 0;
+  virtual void zero_grad() = 0;
+  virtual void step() = 0;
+  // Returns once the model holds the weights of every step so far (before reading them).
+  virtual void synchronize() = 0;
+  // Ends training: waits for what is outstanding and leaves the job.
+  virtual void finish() = 0;
+};
+
+// --no-ps: torch::optim::SGD over `model`'s parameters.
+std::unique_ptr<TrainOptimizer> make_local_optimizer(const TrainOptions& o,
+                                                     ::torch::nn::Module& model);
+// Joins the job (psrt::Worker::from_env) now; start() builds the DistributedOptimizer.
+std::unique_ptr<TrainOptimizer> make_distributed_optimizer(const TrainOptions& o);
+
+inline std::unique_ptr<TrainOptimizer> make_optimizer(const TrainOptions& o,
+                                                      ::torch::nn::Module& model) {
+  return o.no_ps ? make_local_optimizer(o, model) : make_distributed_optimizer(o);
+}
+
+}  // namespace psrt::pstrain
