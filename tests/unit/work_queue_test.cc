@@ -62,7 +62,9 @@ TEST(WorkQueue, FollowUpPushedByARunningItemRunsDuringStop) {
     if (depth < 0) return;  // the probes below
     if (depth == 0) gate.wait_for(5s);
     ran.fetch_add(1);
-    if (depth < 10) EXPECT_TRUE(self->push(depth + 1)) << "follow-up refused at depth " << depth;
+    if (depth < 10) {
+      EXPECT_TRUE(self->push(depth + 1)) << "follow-up refused at depth " << depth;
+    }
   });
   self = &q;
   ASSERT_TRUE(q.push(0));
