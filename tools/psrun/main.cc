@@ -12,6 +12,7 @@
 
 #include <fmt/core.h>
 
+#include "base/interfaces.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "ps/auth.h"
@@ -42,6 +43,7 @@ struct Args {
   std::string secret_file;
   bool secure = false;
   std::string launcher = "local";
+  std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
   int server_threads = 1;
   std::string server_device = "cpu";
   std::vector<std::string> command;
@@ -52,6 +54,13 @@ std::string self_exe() {
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw psrt::Error(psrt::ErrorCode::kSystem, "cannot resolve /proc/self/exe");
   return p.string();
+}
+
+// Where the scheduler listens: on the interface `spec` names (psrun --interface, PSRT_INTERFACE);
+// without one, on loopback (every process of a local job runs on this host).
+psrt::InterfaceAddress scheduler_interface(const std::string& spec) {
+  if (!spec.empty()) return psrt::choose_address(spec, "");
+  return psrt::route_to("127.0.0.1");
 }
 
 int run(const Args& a) {
@@ -71,7 +80,10 @@ int run(const Args& a) {
 
   ps::SchedulerConfig sc;
   sc.transport = transport;
-  sc.listen = fmt::format("127.0.0.1:{}", a.port);
+  const std::string interface =
+      a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
+  const InterfaceAddress where = scheduler_interface(interface);
+  sc.listen = join_host_port(where.address, a.port);
   sc.secret = secret;
   sc.secure = a.secure || runtime::env_bool("PSRT_SECURE");
   sc.num_servers = static_cast<std::uint32_t>(a.servers);
@@ -112,6 +124,7 @@ int run(const Args& a) {
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
   };
+  if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
   // runs as many processes as it has cores: let them sleep between events then.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -137,8 +150,10 @@ int run(const Args& a) {
   }
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
-                a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
+  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+                "(interface {})",
+                a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode,
+                scheduler.address(), where.name.empty() ? "?" : where.name);
   auto backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
@@ -203,7 +218,11 @@ int main(int argc, char** argv) {
                                                        "with the same dir resumes");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
       ->capture_default_str();
-  app.add_option("--port", a.port, "scheduler port on 127.0.0.1 (0 = any free)")
+  app.add_option("--interface", a.interface,
+                 "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address the scheduler "
+                 "and the servers listen on and advertise (default PSRT_INTERFACE; else loopback "
+                 "for a local job, the route to the first remote host for --launcher ssh)");
+  app.add_option("--port", a.port, "scheduler port (0 = any free)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--secret-file", a.secret_file,
