@@ -296,8 +296,9 @@ TEST(SshJobFault, ACutOffHostStopsItsProcessesWhenKeepalivesStop) {
   ASSERT_TRUE(sleeping_on_hosts_1_and_2(hosts)) << job.out();
   const auto t0 = Clock::now();
   hosts.link_down(2);
-  // Host 2 hears nothing from psrun any more: its remote side kills `sleep` after the keepalive
-  // timeout (PSRT_PEER_TIMEOUT_MS), although no packet can say so.
+  // Host 2 hears nothing from psrun any more: its remote side kills `sleep` at the latest after
+  // the keepalive timeout (PSRT_PEER_TIMEOUT_MS), although no packet can say so (sometimes
+  // sooner: sshd there may fail a write to the dead link and close the session, stdin's EOF).
   bool gone = false;
   while (!gone && Clock::now() - t0 < kFaultBound) {
     gone = pids_running(hosts, 2, {kSleep}).empty();
@@ -306,7 +307,6 @@ TEST(SshJobFault, ACutOffHostStopsItsProcessesWhenKeepalivesStop) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("host 2's worker stopped %.1f s after its link went down\n", seconds);
   EXPECT_TRUE(gone) << job.out();
-  EXPECT_GE(seconds, 2.0) << "stopped before the keepalive timeout could have passed";
   EXPECT_NE(job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)), 0)
       << job.out();
   EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, kFaultBound), 0) << job.out();
