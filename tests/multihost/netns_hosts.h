@@ -6,7 +6,8 @@
 // network and mount namespace, i.e. was started through tests/multihost/private_net.sh
 // (`unshare --net --mount`, a private tmpfs on /run/netns). The bridge, the veths and the
 // namespaces then all live inside that throwaway namespace: nothing reaches the machine's own
-// network, and the kernel removes all of it when the test process exits, even on SIGKILL. The
+// network, and the kernel removes all of it when the test process exits, even on SIGKILL (the
+// home directory and /tmp are private tmpfs there too: ssh sessions run no real startup files). The
 // destructor also stops every process of every host and every sshd, and deletes the namespaces.
 //
 //   if (auto why = psrt::test::Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why;

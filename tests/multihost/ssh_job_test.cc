@@ -148,6 +148,7 @@ TEST_P(SshJob, ThreeHostsSumExactlyAndTheGradientsCrossTheLinks) {
       log);
   const int rc = job.wait(120s);
   const std::string out = job.out();
+  if (std::getenv("PSRT_TEST_SHOW")) std::printf("%s\n", out.c_str());
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(count(out, "PASS exact"), 4) << out;
   for (const auto& placed :
