@@ -278,7 +278,8 @@ class JobRun {
 
   void fail_because(const Child& child) {
     const ExitStatus& status = *child.exit;
-    const bool ssh_failed = child.spec->relay && !status.signaled && !status.lost && status.code == 255;
+    const bool ssh_failed =
+        child.spec->relay && !status.signaled && !status.lost && status.code == 255;
     report("psrun: " + child.who() + " " + detail::describe(status) +
            (ssh_failed ? " (ssh's own status: it could not reach " + child.spec->host +
                              " or lost the connection)"
@@ -309,7 +310,8 @@ class JobRun {
   void send_keepalives() {
     const auto now = Clock::now();
     for (Child& child : children_) {
-      if (!child.spec->relay || !child.stdin_write.valid() || child.exit || now < child.next_keepalive)
+      if (!child.spec->relay || !child.stdin_write.valid() || child.exit ||
+          now < child.next_keepalive)
         continue;
       write_stdin(child, "\n");
       child.next_keepalive = now + kKeepalive;
@@ -344,7 +346,8 @@ class JobRun {
   void finish() {
     finished_ = true;
     signal_all(SIGKILL);
-    for (Child& child : children_) child.stdin_write.reset();
+    for (Child& child : children_)
+      child.stdin_write.reset();
     for (Child& child : children_) {
       child.out.finish();
       child.err.finish();
