@@ -37,6 +37,10 @@ struct JobSpec {
   // Runs once when every worker has exited 0, before the services' grace period starts (psrun
   // uses it to tell the servers the job is over).
   std::function<void()> on_workers_done;
+  // Runs once, on the calling thread, when the job starts to stop before its end: a process
+  // failed (`why` is the line psrun reports, without "psrun: ") or psrun got a signal. psrun uses
+  // it to stop the scheduler with that reason, so every process gets SHUTDOWN naming it.
+  std::function<void(const std::string& why)> on_stopping;
   // Between SIGTERM and SIGKILL when stopping processes.
   std::chrono::milliseconds kill_grace{3'000};
 };

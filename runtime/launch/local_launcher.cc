@@ -131,6 +131,7 @@ class JobRun {
         detail::SpawnOutcome spawned = detail::spawn_child(spec, child_mask_, signals_.changed());
         if (!spawned.error.empty()) {
           report("psrun: " + spec.label + ": " + spawned.error);
+          notify_stopping(spec.label + ": " + spawned.error);
           fail();
           return;
         }
@@ -268,6 +269,7 @@ class JobRun {
       if (result_ == 0) result_ = 128 + sig;
       if (phase_ == Phase::kRunning || phase_ == Phase::kDraining) {
         report("psrun: got " + detail::signal_name(sig) + "; forwarding it to every process");
+        notify_stopping("got " + detail::signal_name(sig));
         stop(sig);
       } else if (phase_ == Phase::kStopping) {
         report("psrun: got " + detail::signal_name(sig) + " again; killing every process");
@@ -280,12 +282,23 @@ class JobRun {
     const ExitStatus& status = *child.exit;
     const bool ssh_failed =
         child.spec->relay && !status.signaled && !status.lost && status.code == 255;
-    report("psrun: " + child.who() + " " + detail::describe(status) +
-           (ssh_failed ? " (ssh's own status: it could not reach " + child.spec->host +
-                             " or lost the connection)"
-                       : "") +
-           "; stopping the job");
+    const std::string why = child.who() + " " + detail::describe(status) +
+                            (ssh_failed ? " (ssh's own status: it could not reach " +
+                                              child.spec->host + " or lost the connection)"
+                                        : "");
+    report("psrun: " + why + "; stopping the job");
+    notify_stopping(why);
     fail();
+  }
+
+  void notify_stopping(const std::string& why) {
+    if (stopping_notified_ || !job_.on_stopping) return;
+    stopping_notified_ = true;
+    try {
+      job_.on_stopping(why);
+    } catch (const std::exception& e) {
+      report(std::string("psrun: warning: telling the job it stops failed: ") + e.what());
+    }
   }
 
   void fail() {
@@ -386,6 +399,7 @@ class JobRun {
   std::size_t workers_succeeded_ = 0;
   int result_ = 0;
   bool finished_ = false;
+  bool stopping_notified_ = false;
 };
 
 }  // namespace

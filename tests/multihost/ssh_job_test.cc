@@ -313,6 +313,49 @@ TEST(SshJobFault, ACutOffHostStopsItsProcessesWhenKeepalivesStop) {
   EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, kFaultBound), 0) << job.out();
 }
 
+TEST(SshJobFault, SigintReachesEveryRemoteCommandAndNothingIsLeft) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  ProcessGroup job(sleeping_job(hosts), scratch("sigint.txt"));
+  ASSERT_TRUE(sleeping_on_hosts_1_and_2(hosts)) << job.out();
+  ASSERT_EQ(::kill(job.pid(), SIGINT), 0);
+  const int rc = job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound));
+  const std::string out = job.out();
+  show_verdict(out);
+  EXPECT_EQ(rc, 128 + SIGINT) << out;
+  EXPECT_NE(out.find("psrun: got SIGINT; forwarding it to every process"), std::string::npos)
+      << out;
+  // Each remote side passed the signal on: the workers' sleep died of SIGINT on its host.
+  for (int i : {1, 2})
+    EXPECT_NE(
+        out.find("[worker " + std::to_string(i - 1) + "@" + hosts.address(i) + "] psrt remote"),
+        std::string::npos)
+        << out;
+  EXPECT_GE(count(out, "the command was killed by signal 2 (SIGINT)"), 2) << out;
+  EXPECT_EQ(out.find("scheduler's verdict"), std::string::npos) << "psrun's own stop" << out;
+  EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, 5s), 0) << out;
+}
+
+TEST(SshJobFault, AnUnreachableHostIsNamedWithSshsStatus) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(2, {.sshd = true});
+  const std::string nobody = "10.9.0.99";  // in the hosts' network, but no host answers there
+  ProcessGroup job("exec " + hosts.exec_prefix(0) + " " PSRUN_PATH " --launcher ssh --ssh-args '" +
+                       hosts.ssh_args_string() + " -o ConnectTimeout=2' --transport tcp -n 2 -H " +
+                       hosts.address(1) + "," + nobody + " -- " + kSleep + " 300",
+                   scratch("unreachable.txt"));
+  const int rc = job.wait(30s);
+  const std::string out = job.out();
+  show_verdict(out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("psrun: worker 1@" + nobody + " (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find("exited with status 255 (ssh's own status: it could not reach " + nobody),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("scheduler's verdict"), std::string::npos) << "psrun's own stop" << out;
+  EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, 5s), 0) << out;
+}
+
 TEST(SshJobSecurity, AWorkerWithAWrongSecretFromAnotherHostIsRefusedAndTheJobStaysExact) {
   SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true});

@@ -229,6 +229,14 @@ int run(const Args& a) {
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
+  // psrun stops the job (a process failed, a signal): every process hears why, unless the
+  // scheduler had stopped it first (then its verdict names the first process lost).
+  bool scheduler_first = false;
+  job.on_stopping = [&](const std::string& why) {
+    const Status before = scheduler.wait(std::chrono::milliseconds(0));
+    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
+    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
+  };
   PSRT_LOG_INFO(
       "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
       "(interface {})",
@@ -244,8 +252,7 @@ int run(const Args& a) {
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
     std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
     rc = 1;
-  } else if (rc != 0 && !how.ok() && how.code() != ErrorCode::kTimeout &&
-             how.code() != ErrorCode::kOk) {
+  } else if (rc != 0 && scheduler_first) {
     // The scheduler's verdict names the process it lost first (and its host), which the first
     // process to exit may not be.
     std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
