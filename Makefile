@@ -27,7 +27,10 @@ test: build
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer. sanitize_tests (tests/CMakeLists.txt) builds every test program
-# of tests/{unit,fuzz,transport,runtime,integration,security} and what they launch.
+# of tests/{unit,fuzz,transport,runtime,integration,security} and what they launch. Then the
+# threaded core under ThreadSanitizer (data races, lock-order inversions): tsan_tests builds the
+# ps and base unit tests, the in-process server/scheduler test and the transport conformance
+# suite, and the tests labelled tsan run them.
 SANITIZE_LABELS ?= sanitize|security
 test-sanitize: deps
 	@for s in address undefined; do \
@@ -35,6 +38,9 @@ test-sanitize: deps
 	  cmake --build $(BUILD)-$$s -j$(JOBS) --target sanitize_tests && \
 	  ctest --test-dir $(BUILD)-$$s --output-on-failure --timeout 300 -L '$(SANITIZE_LABELS)' || exit 1; \
 	done
+	@cmake -S . -B $(BUILD)-thread -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=thread $(CMAKE_ARGS) >/dev/null && \
+	  cmake --build $(BUILD)-thread -j$(JOBS) --target tsan_tests && \
+	  ctest --test-dir $(BUILD)-thread --output-on-failure --timeout 300 -L tsan
 
 # The libFuzzer targets (tests/fuzz; clang, ASan and UBSan), each run for FUZZ_SECONDS from its
 # checked-in seeds. Fails on the first crash, sanitizer report, leak or input slower than 10 s,

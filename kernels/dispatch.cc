@@ -11,7 +11,7 @@
 
 namespace psrt::kernels {
 
-StepResult apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
+StepResult apply_update(const SliceUpdate& u, const OptimizerConfig& cfg, psrt::MemoryType where,
                         void* stream) {
   switch (where) {
     case MemoryType::kHost:

@@ -20,7 +20,7 @@ namespace psrt::kernels {
 // kInvalidArgument for an unusable update (see fused_sgd_cpu_step), kUnsupported for device
 // memory in a build without the CUDA update (or with no usable GPU), kSystem for a failing CUDA
 // call.
-StepResult apply_update(const SliceUpdate& u, const SgdConfig& cfg, psrt::MemoryType where,
+StepResult apply_update(const SliceUpdate& u, const OptimizerConfig& cfg, psrt::MemoryType where,
                         void* stream = nullptr);
 
 }  // namespace psrt::kernels

@@ -74,7 +74,7 @@ CpuIsa detected_isa() noexcept {
 
 // Everything a backend relies on, checked before anything is written. `where` names the slice
 // in a step of several ("slice 2: "), and is empty for a step of one.
-void validate(const SliceUpdate& u, const SgdConfig& cfg, const std::string& where) {
+void validate(const SliceUpdate& u, const OptimizerConfig& cfg, const std::string& where) {
   if (u.num_grads < 1) {
     invalid(
         fmt::format("fused_sgd_cpu: {}num_grads is {}; a slice update needs at least one "
@@ -84,7 +84,7 @@ void validate(const SliceUpdate& u, const SgdConfig& cfg, const std::string& whe
   if (u.weights == nullptr) invalid(fmt::format("fused_sgd_cpu: {}weights is null", where));
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
     invalid(
-        fmt::format("fused_sgd_cpu: {}momentum buffer is null but SgdConfig::momentum is {}; "
+        fmt::format("fused_sgd_cpu: {}momentum buffer is null but OptimizerConfig::momentum is {}; "
                     "pass a buffer of count floats or set momentum to 0",
                     where, cfg.momentum));
   }
@@ -100,10 +100,10 @@ void validate(const SliceUpdate& u, const SgdConfig& cfg, const std::string& whe
   }
 }
 
-void validate_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg, CpuIsa isa) {
+void validate_step(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg, CpuIsa isa) {
   if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
     invalid(
-        fmt::format("fused_sgd_cpu: SgdConfig::max_grad_norm is {}; it must be finite and "
+        fmt::format("fused_sgd_cpu: OptimizerConfig::max_grad_norm is {}; it must be finite and "
                     ">= 0 (0 = no clipping)",
                     cfg.max_grad_norm));
   }
@@ -145,7 +145,7 @@ double step_sum_of_squares(std::span<const SliceUpdate> slices, CpuIsa isa) {
   return sum;
 }
 
-void update_slice(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa, float clip_coef) {
+void update_slice(const SliceUpdate& u, const OptimizerConfig& cfg, CpuIsa isa, float clip_coef) {
   if (u.count == 0) return;
   switch (isa) {
     case CpuIsa::kScalar:
@@ -193,7 +193,7 @@ CpuIsa best_cpu_isa() {
                           cap));
 }
 
-StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg,
+StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg,
                               CpuIsa isa) {
   validate_step(slices, cfg, isa);
   StepResult result;
@@ -218,7 +218,7 @@ StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConf
   return result;
 }
 
-StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa) {
+StepResult fused_sgd_cpu(const SliceUpdate& u, const OptimizerConfig& cfg, CpuIsa isa) {
   return fused_sgd_cpu_step(std::span<const SliceUpdate>(&u, 1), cfg, isa);
 }
 

@@ -14,9 +14,9 @@
 // All arithmetic is fp32; (1 - dampening) is computed once per call in fp32. fp16 and bf16
 // gradients are widened exactly to fp32 before the sum.
 //
-// Guard and clipping (SgdConfig::skip_nonfinite, SgdConfig::max_grad_norm), per step. A step is
-// the set of slices one call updates together (fused_sgd_cpu_step, fused_sgd_cuda). With both
-// options off nothing below runs: no pre-pass, and results and speed are exactly the above.
+// Guard and clipping (OptimizerConfig::skip_nonfinite, OptimizerConfig::max_grad_norm), per step. A
+// step is the set of slices one call updates together (fused_sgd_cpu_step, fused_sgd_cuda). With
+// both options off nothing below runs: no pre-pass, and results and speed are exactly the above.
 // Otherwise a pre-pass runs first, over every element i of every slice of the step:
 //   g_i = the aggregated gradient exactly as above (the fixed-order fp32 sum, times grad_scale)
 //   sum = sum over the step of (double)g_i * (double)g_i     (fp64; order: see below)
@@ -50,6 +50,8 @@
 #include <span>
 #endif
 
+#include "psrt/optimizer.h"
+
 namespace psrt::kernels {
 
 enum class DType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
@@ -58,20 +60,11 @@ inline constexpr int kNumDTypes = 3;
 std::size_t dtype_size(DType t) noexcept;
 std::string_view to_string(DType t) noexcept;
 
-struct SgdConfig {
-  float lr = 0.01f;
-  float momentum = 0.f;
-  float dampening = 0.f;
-  float weight_decay = 0.f;
-  bool nesterov = false;
-  // > 0: clip the step's gradient to this global L2 norm (see the spec above). Finite, >= 0.
-  float max_grad_norm = 0.f;
-  // Skip a step whose aggregated gradient holds a NaN or an infinity (see the spec above).
-  bool skip_nonfinite = false;
-};
+// The update's parameters are the public psrt::OptimizerConfig (psrt/optimizer.h): one type
+// from Worker::set_optimizer down to these kernels.
 
 // Whether `cfg` asks for the pre-pass over the step's gradients.
-inline bool needs_prepass(const SgdConfig& cfg) noexcept {
+inline bool needs_prepass(const OptimizerConfig& cfg) noexcept {
   return cfg.skip_nonfinite || cfg.max_grad_norm > 0.f;
 }
 
@@ -88,7 +81,7 @@ struct StepResult {
 // One slice's update. Trivially copyable: the CUDA path hands the same struct to a kernel.
 struct SliceUpdate {
   float* weights = nullptr;   // count fp32 values, updated in place
-  float* momentum = nullptr;  // count fp32 values; may be null when SgdConfig::momentum == 0
+  float* momentum = nullptr;  // count fp32 values; may be null when OptimizerConfig::momentum == 0
   const void* const* grads = nullptr;  // num_grads arrays of count values of `dtype`
   int num_grads = 0;                   // >= 1
   DType dtype = DType::kF32;
@@ -121,16 +114,17 @@ CpuIsa best_cpu_isa();
 // (Hidden from C++17: nvcc compiles fused_sgd_cuda.cu as C++17, without std::span, and needs
 // only the types of this header.)
 #if __cplusplus >= 202002L
-StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg,
+StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg,
                               CpuIsa isa);
-inline StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+inline StepResult fused_sgd_cpu_step(std::span<const SliceUpdate> slices,
+                                     const OptimizerConfig& cfg) {
   return fused_sgd_cpu_step(slices, cfg, best_cpu_isa());
 }
 #endif
 
 // One slice as a step of its own: fused_sgd_cpu_step({&u, 1}, cfg, isa).
-StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg, CpuIsa isa);
-inline StepResult fused_sgd_cpu(const SliceUpdate& u, const SgdConfig& cfg) {
+StepResult fused_sgd_cpu(const SliceUpdate& u, const OptimizerConfig& cfg, CpuIsa isa);
+inline StepResult fused_sgd_cpu(const SliceUpdate& u, const OptimizerConfig& cfg) {
   return fused_sgd_cpu(u, cfg, best_cpu_isa());
 }
 

@@ -84,7 +84,7 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8&
 }
 
 template <DType T>
-void run(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+void run(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   const ElementParams p = make_element_params(u, cfg, clip_coef);
   const Params8 v = broadcast(p);
   std::size_t i = 0;
@@ -149,7 +149,7 @@ void sum_squares_avx2(const SliceUpdate& u, double* partials) {
   }
 }
 
-void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+void fused_sgd_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   switch (u.dtype) {
     case DType::kF32:
       run<DType::kF32>(u, cfg, clip_coef);

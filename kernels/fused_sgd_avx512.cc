@@ -85,7 +85,7 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16
 }
 
 template <DType T>
-void run(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+void run(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   const ElementParams p = make_element_params(u, cfg, clip_coef);
   const Params16 v = broadcast(p);
   std::size_t i = 0;
@@ -148,7 +148,7 @@ void sum_squares_avx512(const SliceUpdate& u, double* partials) {
   }
 }
 
-void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+void fused_sgd_avx512(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   switch (u.dtype) {
     case DType::kF32:
       run<DType::kF32>(u, cfg, clip_coef);

@@ -20,14 +20,14 @@ namespace {
               fmt::format("fused_sgd_cuda: slice {}: {}; nothing was launched", index, message));
 }
 
-void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
+void validate(const SliceUpdate& u, std::size_t index, const OptimizerConfig& cfg) {
   if (u.num_grads < 1) {
     invalid(index, fmt::format("num_grads is {}; a slice update needs at least one gradient",
                                u.num_grads));
   }
   if (u.weights == nullptr) invalid(index, "weights is null");
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
-    invalid(index, fmt::format("momentum buffer is null but SgdConfig::momentum is {}; pass a "
+    invalid(index, fmt::format("momentum buffer is null but OptimizerConfig::momentum is {}; pass a "
                                "buffer of count floats or set momentum to 0",
                                cfg.momentum));
   }
@@ -42,10 +42,10 @@ void validate(const SliceUpdate& u, std::size_t index, const SgdConfig& cfg) {
 }
 
 // Validates every slice and the config; returns whether any slice has work.
-bool validate_all(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+bool validate_all(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg) {
   if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("fused_sgd_cuda: SgdConfig::max_grad_norm is {}; it must be finite "
+                fmt::format("fused_sgd_cuda: OptimizerConfig::max_grad_norm is {}; it must be finite "
                             "and >= 0 (0 = no clipping); nothing was launched",
                             cfg.max_grad_norm));
   }
@@ -59,7 +59,7 @@ bool validate_all(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
 
 }  // namespace
 
-StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream) {
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg, void* stream) {
   if (!validate_all(slices, cfg)) return StepResult{};
   return detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
 }
@@ -68,7 +68,7 @@ void detail::PreparedLaunchDeleter::operator()(PreparedLaunch* p) const noexcept
   destroy_prepared_fused_sgd_cuda(p);
 }
 
-FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const SgdConfig& cfg) {
+FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg) {
   if (cfg.max_grad_norm != 0.f || cfg.skip_nonfinite)
     throw Error(ErrorCode::kInvalidArgument,
                 "FusedSgdCudaBatch: max_grad_norm and skip_nonfinite need the norm pre-pass of "

@@ -172,7 +172,7 @@ unsigned long long norm_chunks(const SliceUpdate* slices, std::size_t num_slices
 // Writes the slice table into `host` (table_bytes() of it), with pointers that are valid once the
 // table is copied to `device_table`, and returns the launch parameters that go with it (no
 // pre-pass control: the caller sets that).
-LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, const SgdConfig& cfg,
+LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, const OptimizerConfig& cfg,
                          void* host, void* device_table) {
   const bool has_momentum = cfg.momentum != 0.f;
   const std::size_t descs_bytes = num_slices * sizeof(SliceDesc);
@@ -255,7 +255,7 @@ struct PreparedLaunch {
 };
 
 StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
-                                 const SgdConfig& cfg, void* stream_handle) {
+                                 const OptimizerConfig& cfg, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   const bool prepass = needs_prepass(cfg);
   const int device = device_of_batch(slices);
@@ -321,7 +321,7 @@ StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slic
 }
 
 PreparedLaunch* prepare_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
-                                       const SgdConfig& cfg) {
+                                       const OptimizerConfig& cfg) {
   const int device = device_of_batch(slices);
   DeviceGuard guard(device);
   DeviceState& state = device_state(device);

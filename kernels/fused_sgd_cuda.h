@@ -18,7 +18,7 @@
 namespace psrt::kernels {
 
 // Applies every slice's update on the GPU with ONE kernel launch (plus one small host-to-device
-// copy of the slice table), as one step: with SgdConfig::skip_nonfinite or max_grad_norm, the
+// copy of the slice table), as one step: with OptimizerConfig::skip_nonfinite or max_grad_norm, the
 // norm is over all the slices and two small pre-pass kernels run first (fused_sgd.h's spec,
 // fused_sgd_device.cuh's layout). Results are bit-identical to fused_sgd_cpu_step for the same
 // inputs whenever no NaN is involved (a GPU produces the canonical NaN where x86 keeps a
@@ -51,7 +51,7 @@ namespace psrt::kernels {
 // no usable device is present; kSystem for other CUDA failures (the message names the failing
 // CUDA call). An empty `slices`, or slices that are all empty, return without touching the GPU
 // (a norm of 0, as the CPU computes for no elements).
-StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const SgdConfig& cfg, void* stream);
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg, void* stream);
 
 namespace detail {
 struct PreparedLaunch;
@@ -65,7 +65,7 @@ struct PreparedLaunchDeleter {
 // enqueues the kernel, with no host-device copy and no wait. For callers whose buffers stay put
 // from update to update (a benchmark timing the kernel alone with CUDA events; fixed server
 // slots). Every launch applies the same SliceUpdates (first_step included) with the same
-// SgdConfig (without the guard and clipping, which need fused_sgd_cuda's pre-pass: a config asking
+// OptimizerConfig (without the guard and clipping, which need fused_sgd_cuda's pre-pass: a config asking
 // for them is refused with kInvalidArgument), reading the buffers' contents as they are when the kernel runs; results are those of
 // fused_sgd_cuda on the same inputs.
 class FusedSgdCudaBatch {
@@ -73,7 +73,7 @@ class FusedSgdCudaBatch {
   // Same memory rules and errors as fused_sgd_cuda. Blocking (one small synchronous copy). The
   // pointers are captured: weights, momentum and gradients must stay allocated until the last
   // launch has completed; the SliceUpdate structs and their `grads` arrays may be reused at once.
-  FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const SgdConfig& cfg);
+  FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg);
 
   // Enqueues one update on `stream` (a cudaStream_t of device(), or null for its legacy default
   // stream) and returns without waiting; the caller orders and waits with the stream or events.

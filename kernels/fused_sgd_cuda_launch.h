@@ -13,7 +13,7 @@ namespace psrt::kernels::detail {
 // asks for it) and waits for it. Assumes every slice and `cfg` passed fused_sgd_cuda's
 // validation and that at least one slice has count > 0.
 StepResult launch_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
-                                 const SgdConfig& cfg, void* stream);
+                                 const OptimizerConfig& cfg, void* stream);
 
 // A slice table resident in device memory with the launch parameters that go with it; defined
 // in fused_sgd_cuda.cu.
@@ -22,7 +22,7 @@ struct PreparedLaunch;
 // Builds the table of slices[0, num_slices) and copies it to the device that holds the first
 // non-empty slice's weights (blocking). Same assumptions as launch_fused_sgd_cuda. Never null.
 PreparedLaunch* prepare_fused_sgd_cuda(const SliceUpdate* slices, std::size_t num_slices,
-                                       const SgdConfig& cfg);
+                                       const OptimizerConfig& cfg);
 // Enqueues one kernel launch of `prepared` on `stream` and returns without waiting.
 void launch_prepared_fused_sgd_cuda(const PreparedLaunch& prepared, void* stream);
 int prepared_device(const PreparedLaunch& prepared) noexcept;

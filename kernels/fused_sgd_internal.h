@@ -33,7 +33,7 @@ struct ElementParams {
 };
 
 // clip_coef: the step's factor when it clips (< 1), else 1 (no multiply).
-static inline ElementParams make_element_params(const SliceUpdate& u, const SgdConfig& cfg,
+static inline ElementParams make_element_params(const SliceUpdate& u, const OptimizerConfig& cfg,
                                                 float clip_coef) {
   return ElementParams{
       u.grad_scale,        clip_coef,           cfg.lr,          cfg.weight_decay,
@@ -137,9 +137,9 @@ static inline void accumulate_squares_scalar(const SliceUpdate& u, std::size_t b
 
 // One per ISA, each in its own file compiled for that ISA. They assume a validated SliceUpdate
 // (fused_sgd.cc checks it) and that the CPU has the ISA. clip_coef as for make_element_params.
-void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
-void fused_sgd_avx2(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
-void fused_sgd_avx512(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef);
+void fused_sgd_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
+void fused_sgd_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
+void fused_sgd_avx512(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
 
 // The pre-pass over one slice: adds its squares to partials[kNormPartials] in the order above.
 void sum_squares_scalar(const SliceUpdate& u, double* partials);

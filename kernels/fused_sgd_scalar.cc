@@ -5,7 +5,7 @@
 
 namespace psrt::kernels::detail {
 
-void fused_sgd_scalar(const SliceUpdate& u, const SgdConfig& cfg, float clip_coef) {
+void fused_sgd_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   const ElementParams p = make_element_params(u, cfg, clip_coef);
   switch (u.dtype) {
     case DType::kF32:

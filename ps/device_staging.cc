@@ -11,15 +11,10 @@ namespace {
 constexpr std::size_t kMaxPooledBytes = std::size_t{256} << 20;
 }  // namespace
 
-DeviceStaging::DeviceStaging(int device) : stream_(device), thread_([this] { run(); }) {}
+DeviceStaging::DeviceStaging(int device) : stream_(device) {}
 
 DeviceStaging::~DeviceStaging() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
+  thread_.stop();
 }
 
 std::shared_ptr<device::PinnedMemory> DeviceStaging::take(std::size_t bytes) {
@@ -48,34 +43,23 @@ void DeviceStaging::give(std::shared_ptr<device::PinnedMemory> buffer) {
 
 void DeviceStaging::copy_then(void* dst, const void* src, std::size_t bytes,
                               std::function<void(const Status&)> then) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(enqueue_mu_);
   device::order_after_legacy_default(stream_);
   device::copy_async(dst, src, bytes, stream_);
-  queue_.push_back({device::Event::record(stream_), std::move(then)});
-  cv_.notify_one();
+  thread_.push({device::Event::record(stream_), std::move(then)});
 }
 
-void DeviceStaging::run() {
-  for (;;) {
-    Pending p;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      p = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    Status status;
-    try {
-      p.done.synchronize();
-    } catch (const Error& e) {
-      status = Status(e.code(), e.what());
-    }
-    try {
-      p.then(status);
-    } catch (const std::exception& e) {
-      PSRT_LOG_ERROR("after a staging copy: {}", e.what());
-    }
+void DeviceStaging::run(Pending& p) {
+  Status status;
+  try {
+    p.done.synchronize();
+  } catch (const Error& e) {
+    status = Status(e.code(), e.what());
+  }
+  try {
+    p.then(status);
+  } catch (const std::exception& e) {
+    PSRT_LOG_ERROR("after a staging copy: {}", e.what());
   }
 }
 

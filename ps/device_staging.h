@@ -10,16 +10,13 @@
 //   staging.give(std::move(pinned));
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <vector>
 
+#include "base/work_queue.h"
 #include "device/memory.h"
 #include "psrt/error.h"
 
@@ -54,18 +51,17 @@ class DeviceStaging {
     device::Event done;
     std::function<void(const Status&)> then;
   };
-  void run();
+  void run(Pending& p);
 
   device::Stream stream_;
   std::mutex pool_mu_;
   std::multimap<std::size_t, std::shared_ptr<device::PinnedMemory>> pool_;  // by size
   std::size_t pooled_bytes_ = 0;
 
-  std::mutex mu_;  // orders enqueueing on the stream with the queue below
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;
-  bool stopping_ = false;
-  std::thread thread_;
+  // Held while a copy is queued on the stream and its Pending pushed, so that the thread below
+  // waits for the copies in stream order.
+  std::mutex enqueue_mu_;
+  WorkQueue<Pending> thread_{1, [this](Pending& p) { run(p); }};  // last: uses the above
 };
 
 }  // namespace psrt::ps

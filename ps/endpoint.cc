@@ -16,17 +16,6 @@ namespace {
 
 std::int64_t now_ticks() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 
-bool is_handshake(MsgType t) {
-  return t == MsgType::kHello || t == MsgType::kChallenge || t == MsgType::kAuth ||
-         t == MsgType::kWelcome;
-}
-
-// Byte payloads are received by the endpoint itself; data payloads go where the handler says.
-bool is_data(MsgType t) {
-  return t == MsgType::kInit || t == MsgType::kPush || t == MsgType::kPushPull ||
-         t == MsgType::kPullReply;
-}
-
 // "10.0.0.3" of "10.0.0.3:41234": the unit the per-host cap counts.
 std::string host_of(const std::string& address) {
   auto colon = address.rfind(':');
@@ -107,7 +96,7 @@ void Peer::send_error(std::uint64_t request_id, ErrorCode code, const std::strin
   Header h;
   h.type = MsgType::kError;
   h.request_id = request_id;
-  h.arg0 = static_cast<std::uint32_t>(code);
+  h.set_error_code(code);
   // Before authentication the peer accepts no more than kMaxPreAuthPayloadBytes.
   auto text = message.substr(0, authenticated() ? kMaxControlBytes : kMaxPreAuthPayloadBytes);
   if (then_close) closing_.store(true);
@@ -254,8 +243,8 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
   }
   Header h;
   h.type = MsgType::kHello;
-  h.arg0 = static_cast<std::uint32_t>(self_);
-  h.arg1 = my_rank;
+  h.set_role(self_);
+  h.set_rank(my_rank);
   peer->send_bytes(h, {peer->my_nonce_.begin(), peer->my_nonce_.end()});
   if (result.wait_for(timeout) != std::future_status::ready) {
     conn->close();
@@ -359,7 +348,7 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
   if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
   if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
     return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
-  if (is_data(h.type)) {
+  if (carries_data(h.type)) {  // placed by the handler; byte payloads by the endpoint
     if (!peer->authenticated())
       return refuse_at_place(
           *peer, h.request_id,
@@ -401,7 +390,7 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
   if (Status s = decode(header, placement.dest.size, limits_, h); !s.ok())
     return reject(*peer, 0, s);
   std::unique_ptr<std::vector<std::byte>> bytes;
-  if (!is_data(h.type) && placement.dest.size > 0) {
+  if (!carries_data(h.type) && placement.dest.size > 0) {
     std::lock_guard lock(mu_);
     auto it = peer->inflight_.find(placement.cookie);
     if (it != peer->inflight_.end()) {
@@ -416,7 +405,7 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
     if (h.type == MsgType::kError && !peer->authenticated() && peer->on_handshake_) {
       std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
       auto cb = std::move(peer->on_handshake_);
-      cb(Status(error_code_of(h), "refused the connection: " + text));
+      cb(Status(h.error_code(), "refused the connection: " + text));
       return;
     }
     handshake(*peer, h, payload);
@@ -442,11 +431,12 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
       if (h.type != MsgType::kHello)
         return fail(ErrorCode::kAuthentication,
                     fmt::format("{} before authentication: send HELLO first", to_string(h.type)));
-      if (h.arg0 > static_cast<std::uint32_t>(Role::kWorker) ||
-          h.arg0 == static_cast<std::uint32_t>(Role::kScheduler))
-        return fail(ErrorCode::kProtocol, fmt::format("HELLO from unknown role {}", h.arg0));
-      peer.role_ = static_cast<Role>(h.arg0);
-      peer.rank_ = h.arg1;
+      if (h.role_value() > static_cast<std::uint32_t>(Role::kWorker) ||
+          h.role_value() == static_cast<std::uint32_t>(Role::kScheduler))
+        return fail(ErrorCode::kProtocol,
+                    fmt::format("HELLO from unknown role {}", h.role_value()));
+      peer.role_ = static_cast<Role>(h.role_value());
+      peer.rank_ = h.rank();
       std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
       peer.my_nonce_ = random_nonce();
       peer.state_ = Peer::State::kAwaitAuth;

@@ -1,45 +1,33 @@
 #include "ps/permissions.h"
 
-#include <initializer_list>
-
 namespace psrt::ps {
 namespace {
 
-bool one_of(MsgType t, std::initializer_list<MsgType> allowed) {
-  for (MsgType a : allowed)
-    if (a == t) return true;
-  return false;
+// The route bit of sender → receiver; 0 for a pair no message may take (same roles).
+std::uint8_t route_of(Role receiver, Role sender) noexcept {
+  switch (receiver) {
+    case Role::kScheduler:
+      return sender == Role::kServer   ? kServerToScheduler
+             : sender == Role::kWorker ? kWorkerToScheduler
+                                       : 0;
+    case Role::kServer:
+      return sender == Role::kScheduler ? kSchedulerToServer
+             : sender == Role::kWorker  ? kWorkerToServer
+                                        : 0;
+    case Role::kWorker:
+      return sender == Role::kScheduler ? kSchedulerToWorker
+             : sender == Role::kServer  ? kServerToWorker
+                                        : 0;
+  }
+  return 0;
 }
 
 }  // namespace
 
 bool may_send(Role receiver, Role sender, MsgType t) noexcept {
-  using M = MsgType;
-  switch (receiver) {
-    case Role::kScheduler:
-      if (sender == Role::kServer)
-        return one_of(t, {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kError});
-      if (sender == Role::kWorker)
-        return one_of(
-            t, {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat, M::kError});
-      return false;
-    case Role::kServer:
-      if (sender == Role::kScheduler)
-        return one_of(t, {M::kRegisterReply, M::kMembership, M::kShutdown, M::kError});
-      if (sender == Role::kWorker)
-        return one_of(t, {M::kInit, M::kSetOptimizer, M::kPush, M::kPull, M::kPushPull,
-                          M::kDeviceInfo, M::kPushIpc, M::kPushPullIpc, M::kPullIpc, M::kError});
-      return false;
-    case Role::kWorker:
-      if (sender == Role::kScheduler)
-        return one_of(t, {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
-                          M::kShutdown, M::kError});
-      if (sender == Role::kServer)
-        return one_of(t, {M::kInitReply, M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
-                          M::kDeviceInfoReply, M::kPullIpcReply, M::kError});
-      return false;
-  }
-  return false;
+  if (!is_message_type(static_cast<std::uint8_t>(t))) return false;
+  const std::uint8_t route = route_of(receiver, sender);
+  return route != 0 && (info(t).routes & route) != 0;
 }
 
 }  // namespace psrt::ps

@@ -1,8 +1,9 @@
-// Who may send what: the one table of the messages each role accepts from each other role, once
-// the peer has authenticated (ps/endpoint.h checks it before any handler sees a message). A
-// message outside the table is refused with an ERROR naming both roles, and the connection is
-// closed. The sender's role is the one its HELLO claimed, covered by the handshake's MAC, or,
-// for a connection this process opened, the role the acceptor proved in WELCOME.
+// Who may send what: the messages each role accepts from each other role, once the peer has
+// authenticated (ps/endpoint.h checks it before any handler sees a message). The one table is
+// the `routes` column of PSRT_PS_MESSAGES (ps/protocol.h). A message outside it is refused with
+// an ERROR naming both roles, and the connection is closed. The sender's role is the one its HELLO
+// claimed, covered by the handshake's MAC, or, for a connection this process opened, the role the
+// acceptor proved in WELCOME. What the table says (tests/unit/protocol_test.cc pins it):
 //
 //   receiver   sender      may send
 //   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, ERROR

@@ -1,6 +1,7 @@
 #include "ps/protocol.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include <fmt/core.h>
@@ -17,63 +18,10 @@ Status bad(std::string message) { return protocol_error(std::move(message)); }
 
 bool is_data(WireType t) { return t != WireType::kBytes; }
 
-// What each type carries: no payload, control bytes (of an exact or bounded size), or data.
-enum class Body { kNone, kBytes, kFixed, kData, kF32Data, kPull, kIpc };
-
-Body body_of(MsgType t) {
-  switch (t) {
-    case MsgType::kHello:
-    case MsgType::kChallenge:
-    case MsgType::kAuth:
-    case MsgType::kWelcome:
-    case MsgType::kSetOptimizer:
-    case MsgType::kLocateReply:
-    case MsgType::kMembership:
-      return Body::kFixed;
-    case MsgType::kError:
-    case MsgType::kRegister:
-    case MsgType::kRegisterReply:
-    case MsgType::kShutdown:
-    case MsgType::kDeviceInfo:
-    case MsgType::kDeviceInfoReply:
-      return Body::kBytes;
-    case MsgType::kPushIpc:
-    case MsgType::kPushPullIpc:
-    case MsgType::kPullIpc:
-      return Body::kIpc;
-    case MsgType::kPush:
-    case MsgType::kPushPull:
-      return Body::kData;
-    case MsgType::kInit:
-    case MsgType::kPullReply:
-      return Body::kF32Data;
-    case MsgType::kPull:
-      return Body::kPull;
-    default:
-      return Body::kNone;
-  }
-}
-
-// The exact payload size of the kFixed types.
+// The exact payload size of a kFixed or kRecords body.
 std::size_t fixed_size(const Header& h) {
-  switch (h.type) {
-    case MsgType::kHello:
-      return kNonceBytes;
-    case MsgType::kChallenge:
-      return kNonceBytes;
-    case MsgType::kWelcome:
-      return kDigestBytes;
-    case MsgType::kAuth:
-      return kDigestBytes;
-    case MsgType::kSetOptimizer:
-      return kOptimizerRecordBytes;
-    case MsgType::kLocateReply:
-      return h.count * kSliceRecordBytes;
-    case MsgType::kMembership:
-      return h.count * kMemberRecordBytes;
-    default:
-      return 0;
-  }
+  const MessageInfo& m = info(h.type);
+  return m.body == Body::kRecords ? h.count * m.bytes : m.bytes;
 }
 
 // Slice coordinates: count >= 1 elements at offset inside a tensor of total elements.
@@ -92,41 +40,8 @@ Status protocol_error(std::string message) {
 }
 
 std::string_view to_string(MsgType t) noexcept {
-  switch (t) {
-    case MsgType::kHello: return "HELLO";
-    case MsgType::kChallenge: return "CHALLENGE";
-    case MsgType::kAuth: return "AUTH";
-    case MsgType::kWelcome: return "WELCOME";
-    case MsgType::kError: return "ERROR";
-    case MsgType::kRegister: return "REGISTER";
-    case MsgType::kRegisterReply: return "REGISTER_REPLY";
-    case MsgType::kUnregister: return "UNREGISTER";
-    case MsgType::kUnregisterReply: return "UNREGISTER_REPLY";
-    case MsgType::kLocate: return "LOCATE";
-    case MsgType::kLocateReply: return "LOCATE_REPLY";
-    case MsgType::kBarrier: return "BARRIER";
-    case MsgType::kBarrierReply: return "BARRIER_REPLY";
-    case MsgType::kHeartbeat: return "HEARTBEAT";
-    case MsgType::kMembership: return "MEMBERSHIP";
-    case MsgType::kMembershipAck: return "MEMBERSHIP_ACK";
-    case MsgType::kShutdown: return "SHUTDOWN";
-    case MsgType::kInit: return "INIT";
-    case MsgType::kInitReply: return "INIT_REPLY";
-    case MsgType::kSetOptimizer: return "SET_OPTIMIZER";
-    case MsgType::kSetOptimizerReply: return "SET_OPTIMIZER_REPLY";
-    case MsgType::kPush: return "PUSH";
-    case MsgType::kPushAck: return "PUSH_ACK";
-    case MsgType::kPull: return "PULL";
-    case MsgType::kPushPull: return "PUSH_PULL";
-    case MsgType::kPullReply: return "PULL_REPLY";
-    case MsgType::kDeviceInfo: return "DEVICE_INFO";
-    case MsgType::kDeviceInfoReply: return "DEVICE_INFO_REPLY";
-    case MsgType::kPushIpc: return "PUSH_IPC";
-    case MsgType::kPushPullIpc: return "PUSH_PULL_IPC";
-    case MsgType::kPullIpc: return "PULL_IPC";
-    case MsgType::kPullIpcReply: return "PULL_IPC_REPLY";
-  }
-  return "?";
+  const auto value = static_cast<std::uint8_t>(t);
+  return is_message_type(value) ? info(t).name : "?";
 }
 
 std::string_view to_string(Role r) noexcept {
@@ -162,12 +77,6 @@ std::size_t wire_size(WireType t) noexcept {
   return 1;
 }
 
-ErrorCode error_code_of(const Header& h) noexcept {
-  return h.arg0 != 0 && h.arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
-             ? static_cast<ErrorCode>(h.arg0)
-             : ErrorCode::kProtocol;
-}
-
 HeaderBytes encode(const Header& h) {
   HeaderBytes b{};
   store<std::uint32_t>(&b[0], kMagic);
@@ -198,7 +107,7 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
                            "psrt version on every process",
                            v, kProtocolVersion));
   auto type = load<std::uint8_t>(b + 6);
-  if (type < 1 || type > static_cast<std::uint8_t>(MsgType::kLast))
+  if (!is_message_type(type))
     return bad(fmt::format("unknown message type {}", type));
   auto dtype = load<std::uint8_t>(b + 7);
   if (dtype > static_cast<std::uint8_t>(WireType::kBytes))
@@ -228,6 +137,7 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
                                kMaxControlBytes));
       break;
     case Body::kFixed:
+    case Body::kRecords:
       if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
       if (h.count > kMaxControlBytes / 4 || fixed_size(h) > kMaxControlBytes)
         return bad(fmt::format("{} with {} records exceeds the {}-byte control limit", name,
@@ -238,12 +148,14 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
       break;
     case Body::kData:
     case Body::kF32Data:
+    case Body::kF32Reply:
     case Body::kPull: {
-      const bool pull = body_of(h.type) == Body::kPull;
+      const Body body = body_of(h.type);
+      const bool pull = body == Body::kPull;
       if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
-      if (body_of(h.type) != Body::kData && h.dtype != WireType::kF32)
+      if (body != Body::kData && h.dtype != WireType::kF32)
         return bad(fmt::format("{} must carry f32 values", name));
-      if (h.type != MsgType::kPullReply)
+      if (body != Body::kF32Reply)
         if (auto s = check_slice(h); !s.ok()) return s;
       if (h.count > limits.max_data_bytes / wire_size(h.dtype))
         return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
@@ -254,15 +166,16 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
                                payload_size, h.count, wire_size(h.dtype), want));
       break;
     }
-    case Body::kIpc: {
+    case Body::kIpc:
+    case Body::kF32Ipc: {
       if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
-      if (h.type == MsgType::kPullIpc && h.dtype != WireType::kF32)
+      if (body_of(h.type) == Body::kF32Ipc && h.dtype != WireType::kF32)
         return bad(fmt::format("{} must describe f32 values", name));
       if (auto s = check_slice(h); !s.ok()) return s;
       if (h.count > limits.max_data_bytes / wire_size(h.dtype))
         return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
                                limits.max_data_bytes));
-      const std::size_t want = (h.type == MsgType::kPushPullIpc ? 2 : 1) * kIpcRecordBytes;
+      const std::size_t want = info(h.type).bytes;
       if (payload_size != want)
         return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size, want));
       break;
@@ -356,6 +269,51 @@ Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord
   if (auto d = std::adjacent_find(ranks.begin(), ranks.end()); d != ranks.end())
     return bad(fmt::format("member list holds rank {} twice", *d));
   out = std::move(members);
+  return {};
+}
+
+std::vector<std::byte> encode_optimizer(const OptimizerConfig& c) {
+  std::vector<std::byte> out(kOptimizerRecordBytes);
+  store<std::uint32_t>(&out[0], std::bit_cast<std::uint32_t>(c.lr));
+  store<std::uint32_t>(&out[4], std::bit_cast<std::uint32_t>(c.momentum));
+  store<std::uint32_t>(&out[8], std::bit_cast<std::uint32_t>(c.dampening));
+  store<std::uint32_t>(&out[12], std::bit_cast<std::uint32_t>(c.weight_decay));
+  store<std::uint32_t>(&out[16], (c.nesterov ? kOptimizerNesterov : 0u) |
+                                     (c.skip_nonfinite ? kOptimizerSkipNonfinite : 0u));
+  store<std::uint32_t>(&out[20], std::bit_cast<std::uint32_t>(c.max_grad_norm));
+  return out;
+}
+
+Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out) {
+  if (bytes.size() != kOptimizerRecordBytes)
+    return bad(fmt::format("optimizer record of {} bytes", bytes.size()));
+  auto f32 = [&](std::size_t at) { return std::bit_cast<float>(load<std::uint32_t>(&bytes[at])); };
+  const auto flags = load<std::uint32_t>(&bytes[16]);
+  const OptimizerConfig c{.lr = f32(0),
+                          .momentum = f32(4),
+                          .dampening = f32(8),
+                          .weight_decay = f32(12),
+                          .nesterov = (flags & kOptimizerNesterov) != 0,
+                          .max_grad_norm = f32(20),
+                          .skip_nonfinite = (flags & kOptimizerSkipNonfinite) != 0};
+  if ((flags & ~(kOptimizerNesterov | kOptimizerSkipNonfinite)) != 0)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("optimizer flags {:#x} hold unknown bits (known: nesterov {:#x}, "
+                              "skip_nonfinite {:#x})",
+                              flags, kOptimizerNesterov, kOptimizerSkipNonfinite));
+  // Same bounds torch.optim.SGD (and clip_grad_norm_) enforce, plus finiteness.
+  auto finite_nonneg = [](float x) { return x >= 0.f && x <= 3.4e38f; };
+  if (!finite_nonneg(c.lr) || !finite_nonneg(c.momentum) || !finite_nonneg(c.weight_decay) ||
+      !(c.dampening >= 0.f && c.dampening <= 1.f) || !finite_nonneg(c.max_grad_norm))
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("optimizer lr={} momentum={} dampening={} weight_decay={} "
+                              "max_grad_norm={}: values must be finite and >= 0 (dampening in "
+                              "[0, 1])",
+                              c.lr, c.momentum, c.dampening, c.weight_decay, c.max_grad_norm));
+  if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
+    return Status(ErrorCode::kInvalidArgument,
+                  "Nesterov momentum requires a momentum > 0 and zero dampening");
+  out = c;
   return {};
 }
 

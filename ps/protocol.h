@@ -8,22 +8,25 @@
 //   40: u64 total            48: u64 round      56: u32 arg0     60: u32 arg1
 // Every field is range-checked by decode() before anything else reads it.
 //
-// This header is the wire format only: it includes the standard library and psrt/error.h and
+// This header is the wire format only: it includes the standard library and include/psrt/, and
 // nothing of the layers below ps/. The codecs whose C++ types belong to a lower layer live in a
-// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType,
-// kernels::SgdConfig) and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
+// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType)
+// and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
 // here, since decode() checks payload sizes against them.
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "psrt/error.h"
+#include "psrt/optimizer.h"
 
 namespace psrt::ps {
 
@@ -42,51 +45,92 @@ inline constexpr std::size_t kDigestBytes = 32;
 inline constexpr std::size_t kCredentialBytes = 16;
 using Credential = std::array<std::byte, kCredentialBytes>;
 
+// The message table: every message type, once. Its columns are
+//   X(enumerator, wire value, NAME, body, bytes, routes)
+// and everything per type is derived from it: the MsgType enum, to_string, decode()'s payload
+// checks (body and bytes), which payloads go where the handler places them (carries_data), the
+// handshake, and who may send what (ps/permissions.h reads `routes`). A new message is one row.
+// `body` (Body below) says what the payload is; `bytes` is the exact payload size of a kFixed or
+// kIpc body, the size of one record of a kRecords body, 0 otherwise. `routes` (Route below) are
+// the sender → receiver pairs that may send it once authenticated.
+// The header's argument fields (arg0, arg1) have one meaning per message: the accessors of
+// Header name them.
+#define PSRT_PS_MESSAGES(X)                                                                     \
+  /* Handshake, on every connection before anything else (ps/auth.h). */                        \
+  /* client → acceptor: role, rank (or kAnyRank); payload the client's nonce */                 \
+  X(kHello, 1, "HELLO", kFixed, kNonceBytes, kHandshake)                                        \
+  /* acceptor → client: payload the acceptor's nonce */                                         \
+  X(kChallenge, 2, "CHALLENGE", kFixed, kNonceBytes, kHandshake)                                \
+  /* client → acceptor: payload the client's proof of the secret */                             \
+  X(kAuth, 3, "AUTH", kFixed, kDigestBytes, kHandshake)                                         \
+  /* acceptor → client: authenticated; payload the acceptor's proof */                          \
+  X(kWelcome, 4, "WELCOME", kFixed, kDigestBytes, kHandshake)                                   \
+  /* reply to request_id: error_code; payload UTF-8 text */                                     \
+  X(kError, 5, "ERROR", kBytes, 0, kEveryRoute)                                                 \
+  /* Scheduler. */                                                                              \
+  /* role, rank wanted (kAnyRank); payload: a server's listen address */                        \
+  X(kRegister, 6, "REGISTER", kBytes, 0, kServerToScheduler | kWorkerToScheduler)               \
+  /* assigned_rank, live_workers, round = checkpoint to resume; payload addresses; to a */      \
+  /* worker: key, offset = its membership credential (credential_of) */                         \
+  X(kRegisterReply, 7, "REGISTER_REPLY", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)    \
+  X(kUnregister, 8, "UNREGISTER", kNone, 0, kWorkerToScheduler)                                 \
+  X(kUnregisterReply, 9, "UNREGISTER_REPLY", kNone, 0, kSchedulerToWorker)                      \
+  /* key, total (0 = look up only) → LOCATE_REPLY: count SliceRecords */                        \
+  X(kLocate, 10, "LOCATE", kNone, 0, kWorkerToScheduler)                                        \
+  X(kLocateReply, 11, "LOCATE_REPLY", kRecords, kSliceRecordBytes, kSchedulerToWorker)          \
+  X(kBarrier, 12, "BARRIER", kNone, 0, kWorkerToScheduler)                                      \
+  X(kBarrierReply, 13, "BARRIER_REPLY", kNone, 0, kSchedulerToWorker)                           \
+  /* no reply */                                                                                \
+  X(kHeartbeat, 14, "HEARTBEAT", kNone, 0, kServerToScheduler | kWorkerToScheduler)             \
+  /* scheduler → server: count MemberRecords of the live workers; acked */                      \
+  X(kMembership, 15, "MEMBERSHIP", kRecords, kMemberRecordBytes, kSchedulerToServer)            \
+  X(kMembershipAck, 16, "MEMBERSHIP_ACK", kNone, 0, kServerToScheduler)                         \
+  /* scheduler → everyone: error_code (kOk = job finished); payload the reason */               \
+  X(kShutdown, 17, "SHUTDOWN", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)              \
+  /* Server data path: offset/count place the slice in the key's tensor, slice() its index. */  \
+  /* payload count f32 → INIT_REPLY (stored() when this init stored the value) */               \
+  X(kInit, 18, "INIT", kF32Data, 0, kWorkerToServer)                                            \
+  X(kInitReply, 19, "INIT_REPLY", kNone, 0, kServerToWorker)                                    \
+  /* payload the optimizer record → SET_OPTIMIZER_REPLY */                                      \
+  X(kSetOptimizer, 20, "SET_OPTIMIZER", kFixed, kOptimizerRecordBytes, kWorkerToServer)         \
+  X(kSetOptimizerReply, 21, "SET_OPTIMIZER_REPLY", kNone, 0, kServerToWorker)                   \
+  /* PUSH and PUSH_PULL: learning_rate() for this gradient's round, 0 = the configured one */   \
+  /* (a schedule; a round takes its first gradient's). */                                       \
+  /* payload count × dtype → PUSH_ACK once received */                                          \
+  X(kPush, 22, "PUSH", kData, 0, kWorkerToServer)                                               \
+  X(kPushAck, 23, "PUSH_ACK", kNone, 0, kServerToWorker)                                        \
+  /* → PULL_REPLY once this worker's pushes are applied */                                      \
+  X(kPull, 24, "PULL", kPull, 0, kWorkerToServer)                                               \
+  /* PUSH + PULL in one message */                                                              \
+  X(kPushPull, 25, "PUSH_PULL", kData, 0, kWorkerToServer)                                      \
+  /* payload count f32 weights; round = slice version */                                        \
+  X(kPullReply, 26, "PULL_REPLY", kF32Reply, 0, kServerToWorker)                                \
+  /* CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's */ \
+  /* GPU memory and the server reads or writes them in place; the payload is IpcRecords. */     \
+  /* worker → server → DEVICE_INFO_REPLY; payload empty, or one IpcRecord of a probe buffer */  \
+  /* that a CUDA server opens to prove IPC works (else ERROR) */                                \
+  X(kDeviceInfo, 27, "DEVICE_INFO", kBytes, 0, kWorkerToServer)                                 \
+  /* payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id */               \
+  X(kDeviceInfoReply, 28, "DEVICE_INFO_REPLY", kBytes, 0, kServerToWorker)                      \
+  /* one record: the gradient → PUSH_ACK once the update has read it */                         \
+  X(kPushIpc, 29, "PUSH_IPC", kIpc, kIpcRecordBytes, kWorkerToServer)                           \
+  /* two records: the gradient, then the output → PULL_IPC_REPLY */                             \
+  X(kPushPullIpc, 30, "PUSH_PULL_IPC", kIpc, 2 * kIpcRecordBytes, kWorkerToServer)              \
+  /* one record: the output (f32) → PULL_IPC_REPLY */                                           \
+  X(kPullIpc, 31, "PULL_IPC", kF32Ipc, kIpcRecordBytes, kWorkerToServer)                        \
+  /* no payload: the weights are in the worker's output; round = slice version */               \
+  X(kPullIpcReply, 32, "PULL_IPC_REPLY", kNone, 0, kServerToWorker)
+
 enum class MsgType : std::uint8_t {
-  // Handshake, on every connection before anything else.
-  kHello = 1,      // client → acceptor: arg0 role, arg1 rank (or kAnyRank); payload client nonce
-  kChallenge,      // acceptor → client: payload acceptor nonce
-  kAuth,           // client → acceptor: payload the client's proof of the secret
-  kWelcome,        // acceptor → client: authenticated; payload the acceptor's proof
-  kError,          // reply to request_id: arg0 ErrorCode; payload UTF-8 text
-  // Scheduler.
-  kRegister,       // arg0 role, arg1 rank wanted (kAnyRank); payload: a server's listen address
-  kRegisterReply,  // arg0 rank, arg1 live workers, round = checkpoint to resume; payload addresses;
-                   // to a worker: key, offset = its membership credential (credential_of)
-  kUnregister,
-  kUnregisterReply,
-  kLocate,         // key, total (0 = look up only) → kLocateReply: count records of SliceRecord
-  kLocateReply,
-  kBarrier,
-  kBarrierReply,
-  kHeartbeat,      // no reply
-  kMembership,     // scheduler → server: count MemberRecords of the live workers; acked
-  kMembershipAck,
-  kShutdown,       // scheduler → everyone: arg0 ErrorCode (kOk = job finished); payload reason
-  // Server data path. offset/count place the slice in the key's tensor; arg0 is the slice index.
-  kInit,           // payload count f32 → kInitReply (arg1 = 1 when this init stored the value)
-  kInitReply,
-  kSetOptimizer,   // payload OptimizerRecord → kSetOptimizerReply
-  kSetOptimizerReply,
-  // PUSH and PUSH_PULL: arg1 = the learning rate for this gradient's round as fp32 bits, 0 =
-  // the configured one (a schedule; a round takes its first gradient's).
-  kPush,           // payload count × dtype → kPushAck once received
-  kPushAck,
-  kPull,           // → kPullReply once this worker's pushes are applied
-  kPushPull,       // kPush + kPull in one message
-  kPullReply,      // payload count f32 weights; round = slice version
-  // CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's GPU
-  // memory and the server reads or writes them in place; the payload is IpcRecords.
-  kDeviceInfo,       // worker → server → kDeviceInfoReply; payload empty, or one IpcRecord of a
-                     // probe buffer that a CUDA server opens to prove IPC works (else ERROR)
-  kDeviceInfoReply,  // payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id
-  kPushIpc,          // one record: the gradient → kPushAck once the update has read it
-  kPushPullIpc,      // two records: the gradient, then the output → kPullIpcReply
-  kPullIpc,          // one record: the output (f32) → kPullIpcReply
-  kPullIpcReply,     // no payload: the weights are in the worker's output; round = slice version
-  kLast = kPullIpcReply,
+#define PSRT_PS_MESSAGE_ENUM(e, value, name, body, bytes, routes) e = value,
+#define PSRT_PS_MESSAGE_COUNT(e, value, name, body, bytes, routes) +1
+  PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_ENUM)
+  // The highest type: the rows are numbered 1..kLast without a gap (checked below).
+  kLast = 0 PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_COUNT),
+#undef PSRT_PS_MESSAGE_COUNT
+#undef PSRT_PS_MESSAGE_ENUM
 };
-std::string_view to_string(MsgType t) noexcept;
+std::string_view to_string(MsgType t) noexcept;  // "PUSH_PULL"; "?" for a value not in the table
 
 // Payload element type. kBytes is for control payloads (text, tables, nonces).
 enum class WireType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kBytes = 3 };
@@ -109,8 +153,45 @@ struct Header {
   std::uint64_t count = 0;
   std::uint64_t total = 0;
   std::uint64_t round = 0;
+  // The two argument words. Their meaning depends on the type (PSRT_PS_MESSAGES): read and write
+  // them through the accessors below, which name it; only the codec and tests of raw wire words
+  // touch them directly.
   std::uint32_t arg0 = 0;
   std::uint32_t arg1 = 0;
+
+  // arg0 of the data path (INIT, PUSH, PULL, PUSH_PULL, the IPC messages and their replies): the
+  // slice's index in the key's layout.
+  std::uint32_t slice() const noexcept { return arg0; }
+  void set_slice(std::uint32_t index) noexcept { arg0 = index; }
+  // arg0 of HELLO and REGISTER: the sender's Role, as sent (check it before casting).
+  std::uint32_t role_value() const noexcept { return arg0; }
+  void set_role(Role r) noexcept { arg0 = static_cast<std::uint32_t>(r); }
+  // arg1 of HELLO (the rank the sender proves) and REGISTER (the rank it asks for); kAnyRank
+  // when it has none yet.
+  std::uint32_t rank() const noexcept { return arg1; }
+  void set_rank(std::uint32_t r) noexcept { arg1 = r; }
+  // REGISTER_REPLY: the rank the scheduler gave (arg0) and the live workers (arg1).
+  std::uint32_t assigned_rank() const noexcept { return arg0; }
+  void set_assigned_rank(std::uint32_t r) noexcept { arg0 = r; }
+  std::uint32_t live_workers() const noexcept { return arg1; }
+  void set_live_workers(std::uint32_t n) noexcept { arg1 = n; }
+  // arg0 of ERROR and SHUTDOWN. error_code(): an ERROR's code, kProtocol for a value that is no
+  // ErrorCode (or kOk: an ERROR is never success). shutdown_code(): kOk when the job finished,
+  // else the same as error_code().
+  ErrorCode error_code() const noexcept {
+    return arg0 != 0 && arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
+               ? static_cast<ErrorCode>(arg0)
+               : ErrorCode::kProtocol;
+  }
+  ErrorCode shutdown_code() const noexcept { return arg0 == 0 ? ErrorCode::kOk : error_code(); }
+  void set_error_code(ErrorCode c) noexcept { arg0 = static_cast<std::uint32_t>(c); }
+  // arg1 of PUSH and PUSH_PULL: the learning rate for this gradient's round as fp32 bits; 0 = the
+  // configured one.
+  float learning_rate() const noexcept { return std::bit_cast<float>(arg1); }
+  void set_learning_rate(float lr) noexcept { arg1 = std::bit_cast<std::uint32_t>(lr); }
+  // arg1 of INIT_REPLY: this INIT stored its value (the first init of the key in the job).
+  bool stored() const noexcept { return arg1 != 0; }
+  void set_stored(bool stored) noexcept { arg1 = stored ? 1 : 0; }
 };
 
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
@@ -130,8 +211,6 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
               Header& out);
 
 std::size_t wire_size(WireType t) noexcept;
-// The ErrorCode an ERROR message carries in arg0; kProtocol for a value no ErrorCode has.
-ErrorCode error_code_of(const Header& h) noexcept;
 // WireType <-> kernels::DType: ps/protocol_kernels.h.
 
 // One slice of a key as the scheduler placed it (kLocateReply payload record, 24 bytes).
@@ -170,13 +249,85 @@ Credential credential_of(const Header& h);
 inline constexpr std::size_t kOptimizerRecordBytes = 24;
 inline constexpr std::uint32_t kOptimizerNesterov = 1u << 0;
 inline constexpr std::uint32_t kOptimizerSkipNonfinite = 1u << 1;
-// encode_optimizer / decode_optimizer (kernels::SgdConfig): ps/protocol_kernels.h.
+std::vector<std::byte> encode_optimizer(const OptimizerConfig& c);
+// Checks the values as torch.optim.SGD does (finite, >= 0, dampening <= 1, Nesterov's needs) and
+// the flags; errors are kProtocol for the size, kInvalidArgument for the values.
+Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out);
 
 // device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
 // 64-byte event handle (the handle size is device::kIpcHandleBytes, which ps/protocol_device.h
 // checks against this one). encode_ipc / decode_ipc: ps/protocol_device.h.
 inline constexpr std::size_t kIpcHandleWireBytes = 64;
 inline constexpr std::size_t kIpcRecordBytes = 2 * kIpcHandleWireBytes + 16;
+
+// What a message's payload is (the `body` column of PSRT_PS_MESSAGES).
+enum class Body : std::uint8_t {
+  kNone,      // no payload
+  kBytes,     // control bytes (dtype bytes), at most kMaxControlBytes
+  kFixed,     // exactly `bytes` control bytes
+  kRecords,   // count records of `bytes` control bytes each
+  kData,      // a slice (offset, count, total) of count elements of a data dtype, sent in place
+  kF32Data,   // the same, f32 only
+  kF32Reply,  // count f32 elements sent in place, answering a slice (no slice coordinates)
+  kPull,      // the coordinates of an f32 slice, no payload
+  kIpc,       // a slice of a data dtype in the sender's GPU memory: `bytes` of IpcRecords
+  kF32Ipc,    // the same, f32 only
+};
+
+// Who may send a message to whom (the `routes` column): a bit per sender → receiver pair of
+// authenticated peers, or kHandshake for the messages the endpoint exchanges before that.
+enum Route : std::uint8_t {
+  kHandshake = 1u << 0,
+  kServerToScheduler = 1u << 1,
+  kWorkerToScheduler = 1u << 2,
+  kSchedulerToServer = 1u << 3,
+  kWorkerToServer = 1u << 4,
+  kSchedulerToWorker = 1u << 5,
+  kServerToWorker = 1u << 6,
+  kEveryRoute = kServerToScheduler | kWorkerToScheduler | kSchedulerToServer | kWorkerToServer |
+                kSchedulerToWorker | kServerToWorker,
+};
+
+// One row of the message table.
+struct MessageInfo {
+  MsgType type;
+  std::string_view name;
+  Body body;
+  std::size_t bytes;
+  std::uint8_t routes;
+};
+
+// The table itself, indexed by wire value - 1.
+inline constexpr MessageInfo kMessages[] = {
+#define PSRT_PS_MESSAGE_INFO(e, value, name, body, bytes, routes) \
+  {MsgType::e, name, Body::body, bytes, static_cast<std::uint8_t>(routes)},
+    PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_INFO)
+#undef PSRT_PS_MESSAGE_INFO
+};
+
+constexpr bool message_table_is_dense() {
+  for (std::size_t i = 0; i < std::size(kMessages); ++i)
+    if (static_cast<std::size_t>(kMessages[i].type) != i + 1) return false;
+  return std::size(kMessages) == static_cast<std::size_t>(MsgType::kLast);
+}
+static_assert(message_table_is_dense(), "PSRT_PS_MESSAGES rows must be numbered 1, 2, 3, ...");
+
+// The row of `t`; t must be a type of the table (decode() guarantees it for received headers).
+constexpr const MessageInfo& info(MsgType t) noexcept {
+  return kMessages[static_cast<std::size_t>(t) - 1];
+}
+constexpr bool is_message_type(std::uint8_t value) noexcept {
+  return value >= 1 && value <= static_cast<std::uint8_t>(MsgType::kLast);
+}
+constexpr Body body_of(MsgType t) noexcept { return info(t).body; }
+// The handshake's messages (HELLO, CHALLENGE, AUTH, WELCOME), which the endpoint runs itself.
+constexpr bool is_handshake(MsgType t) noexcept { return (info(t).routes & kHandshake) != 0; }
+// Whether the payload is data that the receiving handler places (Handler::place: a slice of a
+// tensor, sent in place); other payloads are control bytes the endpoint receives itself.
+constexpr bool carries_data(MsgType t) noexcept {
+  const Body b = body_of(t);
+  return b == Body::kData || b == Body::kF32Data || b == Body::kF32Reply;
+}
 
 // Addresses in kRegisterReply: '\n'-separated, each non-empty and printable.
 std::vector<std::byte> encode_lines(std::span<const std::string> lines);

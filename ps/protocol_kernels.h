@@ -1,6 +1,6 @@
-// The wire codecs whose C++ types come from kernels/: payload dtypes and the SET_OPTIMIZER
-// record. Split from ps/protocol.h so that the wire-format header names no type of a lower layer
-// (ps/protocol.h describes the layout: kOptimizerRecordBytes and the flag bits live there).
+// The wire codec whose C++ type comes from kernels/: payload dtypes. Split from ps/protocol.h so
+// that the wire-format header names no type of a lower layer. (The SET_OPTIMIZER record's type,
+// psrt::OptimizerConfig, is public: its codec is in ps/protocol.h.)
 #pragma once
 
 #include <cstddef>
@@ -15,9 +15,5 @@ namespace psrt::ps {
 
 kernels::DType to_dtype(WireType t);  // data types only
 WireType to_wire(kernels::DType t) noexcept;
-
-// kSetOptimizer payload (kOptimizerRecordBytes, layout in ps/protocol.h).
-std::vector<std::byte> encode_optimizer(const kernels::SgdConfig& c);
-Status decode_optimizer(std::span<const std::byte> bytes, kernels::SgdConfig& out);
 
 }  // namespace psrt::ps

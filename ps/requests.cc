@@ -47,7 +47,8 @@ bool Requests::complete(const Peer& from, const Header& h, std::span<const std::
   }
   if (h.type == MsgType::kError) {
     std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
-    e->done(Status(error_code_of(h), fmt::format("{} refused {}: {}", e->peer_name, e->what, text)), h, {});
+    e->done(Status(h.error_code(), fmt::format("{} refused {}: {}", e->peer_name, e->what, text)),
+            h, {});
     return true;
   }
   e->done(Status(), h, payload);

@@ -14,7 +14,7 @@ namespace psrt::ps {
 
 using ps::Header;
 using ps::MsgType;
-using Lock = std::unique_lock<std::recursive_mutex>;
+using Lock = std::unique_lock<std::mutex>;
 
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)), shards_(config_.num_servers, config_.partition_bytes) {
@@ -195,7 +195,7 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
     if (Status s = ps::decode_lines(payload, address); !s.ok() || address.size() != 1)
       return peer.send_error(h.request_id, ErrorCode::kProtocol,
                              "REGISTER of a server without its address", true);
-    const std::uint32_t rank = h.arg1;
+    const std::uint32_t rank = h.rank();
     if (rank >= config_.num_servers || servers_[rank])
       return peer.send_error(
           h.request_id, ErrorCode::kInvalidArgument,
@@ -208,25 +208,25 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
     Header r;
     r.type = MsgType::kRegisterReply;
     r.request_id = h.request_id;
-    r.arg0 = rank;
+    r.set_assigned_rank(rank);
     r.round = resume_round_;
     peer.send(r);
     PSRT_LOG_INFO("server {} registered at {}", rank, address[0]);
     return admit_pending_locked();
   }
   Waiting w{peer.shared_from_this(), h.request_id};
-  if (h.arg1 != ps::kAnyRank && h.arg1 >= ps::kMaxRanks)
+  if (h.rank() != ps::kAnyRank && h.rank() >= ps::kMaxRanks)
     return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
                            fmt::format("worker rank {} is above the limit of {}: ask for a "
                                        "lower rank or for any rank",
-                                       h.arg1, ps::kMaxRanks - 1),
+                                       h.rank(), ps::kMaxRanks - 1),
                            true);
   if (!rendezvous_done_) {
-    pending_workers_.push_back({w, h.arg1});
+    pending_workers_.push_back({w, h.rank()});
     return admit_pending_locked();
   }
   // A worker joining a running job: a rank never used before unless it asks for a free one.
-  std::uint32_t rank = h.arg1;
+  std::uint32_t rank = h.rank();
   if (rank == ps::kAnyRank || workers_.count(rank)) rank = next_rank_;
   if (rank >= ps::kMaxRanks)
     return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
@@ -284,8 +284,8 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
   Header r;
   r.type = MsgType::kRegisterReply;
   r.request_id = w.request_id;
-  r.arg0 = rank;
-  r.arg1 = static_cast<std::uint32_t>(workers_.size());
+  r.set_assigned_rank(rank);
+  r.set_live_workers(static_cast<std::uint32_t>(workers_.size()));
   r.round = resume_round_;
   if (auto c = credentials_.find(rank); c != credentials_.end()) ps::set_credential(r, c->second);
   w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
@@ -453,7 +453,7 @@ void Scheduler::finish_locked(const Status& why) {
   result_ = why;
   Header h;
   h.type = MsgType::kShutdown;
-  h.arg0 = static_cast<std::uint32_t>(why.code());
+  h.set_error_code(why.code());
   auto text = why.message();
   auto bytes = ps::as_bytes(text);
   for (auto& s : servers_)

@@ -23,6 +23,13 @@
 // when every rank below it was handed out, is refused with an ERROR naming the limit and the job
 // goes on. A server that refuses a membership change (or cannot be sent one) stops the job with
 // an error naming the server and its reason.
+//
+// Threads (docs/ARCHITECTURE.md, "Threads"): the transport's progress thread runs the Handler
+// entry points and the completions of sends and requests; monitor_ checks liveness every 200
+// ms; any thread may call wait() and stop(). One mutex, mu_, guards the job's state (every field
+// below says so, or why it needs none). Lock order: mu_ -> Requests' own lock (requests_.add
+// under mu_) -> the transport's locks (a send); a request's completion runs with the Requests
+// lock released, so it may take mu_.
 #pragma once
 
 #include <chrono>
@@ -108,25 +115,30 @@ class Scheduler final : public ps::Handler {
   void finish_locked(const Status& why);
   void monitor();
 
+  // Set by the constructor, constant after.
   SchedulerConfig config_;
   std::shared_ptr<ps::Endpoint> endpoint_;
   std::unique_ptr<transport::Transport> transport_;
   std::string address_;
-  ps::Requests requests_;
+  ps::Requests requests_;  // thread-safe on its own
 
-  // Recursive: a send that fails at once runs its completion (which locks) inside the caller.
-  std::recursive_mutex mu_;
-  std::condition_variable_any cv_;
+  // Plain, not recursive: while the transport runs, no completion runs inside the send() that
+  // caused it (transport/transport.h, "Threads"), so a completion that locks mu_ (a membership
+  // ack, a failed send) never finds it held by its own thread; the transport is shut down only
+  // in the destructor, after monitor_ joined and with mu_ free.
+  std::mutex mu_;
+  std::condition_variable cv_;  // finished_ became true
+  // Guarded by mu_: everything from here to finished_/result_.
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::vector<std::string> server_addresses_;
-  std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;  // live, by rank
-  std::map<std::uint32_t, ps::Credential> credentials_;         // of the live workers
+  std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;      // live, by rank
+  std::map<std::uint32_t, ps::Credential> credentials_;             // of the live workers
   std::vector<std::pair<Waiting, std::uint32_t>> pending_workers_;  // before rendezvous
   bool rendezvous_done_ = false;
   std::uint32_t next_rank_ = 0;
   std::set<std::uint32_t> used_ranks_;
   ps::ShardMap shards_;
-  std::uint64_t resume_round_ = 0;
+  std::uint64_t resume_round_ = 0;  // set by the constructor, constant after (read unlocked)
   std::map<std::uint64_t, std::string> lost_why_;  // peer id → reason it was closed
   // Per-peer quotas, by peer id (dropped when the peer closes).
   struct Quota {
@@ -145,7 +157,7 @@ class Scheduler final : public ps::Handler {
 
   bool finished_ = false;
   Status result_;
-  std::thread monitor_;
+  std::thread monitor_;  // started by the constructor, joined by the destructor
 };
 
 }  // namespace psrt::ps

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 
@@ -20,12 +21,6 @@ namespace {
 
 Error refuse(ErrorCode code, std::string message) { return Error(code, std::move(message)); }
 
-bool same(const kernels::SgdConfig& a, const kernels::SgdConfig& b) {
-  return a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
-         a.weight_decay == b.weight_decay && a.nesterov == b.nesterov &&
-         a.max_grad_norm == b.max_grad_norm && a.skip_nonfinite == b.skip_nonfinite;
-}
-
 }  // namespace
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {
@@ -43,29 +38,18 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cannot open the trace file '{}'", config_.trace_path));
   }
-  for (int i = 0; i < std::max(1, config_.threads); ++i)
-    pool_.emplace_back([this] {
-      for (;;) {
-        Update u;
-        {
-          std::unique_lock lock(pool_mu_);
-          pool_cv_.wait(lock, [this] { return stopping_ || !pool_queue_.empty(); });
-          if (pool_queue_.empty()) return;
-          u = std::move(pool_queue_.front());
-          pool_queue_.pop_front();
-        }
-        try {
-          run_update(u);
-        } catch (...) {
-          // Past the update itself (which stops the job on failure): bookkeeping that could
-          // not allocate. The job cannot trust this slice any more.
-          const Status why = current_exception_status(
-              fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
-          PSRT_LOG_ERROR("{}", why.message());
-          stop_job(why);
-        }
-      }
-    });
+  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads, [this](Update& u) {
+    try {
+      run_update(u);
+    } catch (...) {
+      // Past the update itself (which stops the job on failure): bookkeeping that could not
+      // allocate. The job cannot trust this slice any more.
+      const Status why = current_exception_status(
+          fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
+      PSRT_LOG_ERROR("{}", why.message());
+      stop_job(why);
+    }
+  });
 }
 
 Server::~Server() {
@@ -74,14 +58,7 @@ Server::~Server() {
 }
 
 void Server::stop() {
-  {
-    std::lock_guard lock(pool_mu_);
-    if (stopping_ && pool_.empty()) return;
-    stopping_ = true;
-  }
-  pool_cv_.notify_all();
-  for (auto& t : pool_) t.join();
-  pool_.clear();
+  if (pool_) pool_->stop();
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -117,24 +94,24 @@ Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
                                "unregistered or was declared lost)",
                                to_string(h.type), peer.name()));
   }
-  Slice* s = find(h.key, h.arg0);
+  Slice* s = find(h.key, h.slice());
   if (!s)
     throw refuse(ErrorCode::kNotFound,
                  fmt::format("unknown key {} (slice {}) on this server: call init() for the key "
                              "before pushing or pulling it",
-                             h.key, h.arg0));
+                             h.key, h.slice()));
   if (s->offset != h.offset || s->count != h.count || s->total != h.total)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("{} of key {} slice {} for elements [{}, +{}) of {}, but the slice "
                              "holds [{}, +{}) of {}: wrong length",
-                             to_string(h.type), h.key, h.arg0, h.offset, h.count, h.total,
+                             to_string(h.type), h.key, h.slice(), h.offset, h.count, h.total,
                              s->offset, s->count, s->total));
   return *s;
 }
 
 namespace {
 
-// True when the checkpoint manifest in `dir` places slice h.arg0 of key h.key as [h.offset,
+// True when the checkpoint manifest in `dir` places slice h.slice() of key h.key as [h.offset,
 // +h.count) of h.total.
 bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header& h) {
   if (dir.empty() || num_servers == 0) return false;
@@ -142,7 +119,7 @@ bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header
     ShardMap map(num_servers, 4);
     if (!read_manifest(dir, map) || map.total(h.key) != h.total) return false;
     for (const auto& s : *map.find(h.key))
-      if (s.index == h.arg0) return s.offset == h.offset && s.count == h.count;
+      if (s.index == h.slice()) return s.offset == h.offset && s.count == h.count;
   } catch (const Error&) {
   }
   return false;
@@ -153,7 +130,7 @@ bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header
 void Server::check_init_slice(const Header& h) const {
   // A resumed slice is checked against its checkpoint file instead (its cut may be older).
   if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
-  const auto want = slice_bounds(h.total, config_.partition_bytes, h.arg0);
+  const auto want = slice_bounds(h.total, config_.partition_bytes, h.slice());
   if ((!want || want->offset != h.offset || want->count != h.count) &&
       in_manifest(config_.checkpoint_dir, config_.num_servers, h))
     return;  // cut by an earlier run with another --partition-bytes, not resumed yet
@@ -161,12 +138,13 @@ void Server::check_init_slice(const Header& h) const {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} of {} elements: the shard map has no such "
                              "slice (--partition-bytes {}); init the slices LOCATE returned",
-                             h.key, h.arg0, h.total, config_.partition_bytes));
+                             h.key, h.slice(), h.total, config_.partition_bytes));
   if (want->offset != h.offset || want->count != h.count)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
                              "it as [{}, +{}): init the slices LOCATE returned",
-                             h.key, h.arg0, h.offset, h.count, h.total, want->offset, want->count));
+                             h.key, h.slice(), h.offset, h.count, h.total, want->offset,
+                             want->count));
 }
 
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
@@ -180,7 +158,7 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
                              "without pulling; pull (or push_pull) to wait for the rounds",
-                             rank, w->second.queued.size(), h.key, h.arg0));
+                             rank, w->second.queued.size(), h.key, h.slice()));
   // Queued and arriving gradients of a slice share one dtype (this check keeps it so): one of
   // them tells. A push still arriving counts: it is queued once it landed, and an update must
   // never read gradients of two dtypes as one.
@@ -194,13 +172,13 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("key {} slice {} is pushed as {} by one worker and {} by worker {} in "
                              "the same round: push a key in one dtype",
-                             h.key, h.arg0, to_string(*current), to_string(h.dtype), rank));
-  const float lr = std::bit_cast<float>(h.arg1);
+                             h.key, h.slice(), to_string(*current), to_string(h.dtype), rank));
+  const float lr = h.learning_rate();
   if (!std::isfinite(lr) || lr < 0.f)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("{} of key {} slice {} carries learning rate {}: it must be a "
                              "finite number >= 0",
-                             to_string(h.type), h.key, h.arg0, lr));
+                             to_string(h.type), h.key, h.slice(), lr));
   return lr;
 }
 
@@ -219,7 +197,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
       in.grad = std::move(*it);
       s.free.erase(it);
     } else if (!gpu_) {
-      in.grad.data = std::make_unique_for_overwrite<std::byte[]>(size);
+      in.grad.where = HostGrad{std::make_unique_for_overwrite<std::byte[]>(size)};
       in.grad.size = size;
     }
     in.grad.dtype = h.dtype;
@@ -242,7 +220,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
         throw;
       }
     } else {
-      p.dest.data = in.grad.data.get();
+      p.dest.data = std::get<HostGrad>(in.grad.where).data.get();
     }
   }
   std::lock_guard lock(inflight_mu_);
@@ -313,17 +291,17 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
   Slice* s = nullptr;
   {
     std::unique_lock lock(slices_mu_);
-    auto& slot = slices_[{h.key, h.arg0}];
+    auto& slot = slices_[{h.key, h.slice()}];
     if (!slot) {
       auto fresh = std::make_unique<Slice>();
       fresh->key = h.key;
-      fresh->index = h.arg0;
+      fresh->index = h.slice();
       fresh->offset = h.offset;
       fresh->count = h.count;
       fresh->total = h.total;
       try {
         if (config_.resume_round > 0) {
-          SliceRecord rec{0, h.arg0, h.offset, h.count};
+          SliceRecord rec{0, h.slice(), h.offset, h.count};
           SliceState st =
               read_slice_checkpoint(config_.checkpoint_dir, config_.resume_round, h.key, rec, h.total);
           fresh->weights = std::move(st.weights);
@@ -334,7 +312,7 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
         }
         if (gpu_) init_on_device(*fresh);
       } catch (const Error& e) {
-        slices_.erase({h.key, h.arg0});
+        slices_.erase({h.key, h.slice()});
         lock.unlock();
         PSRT_LOG_ERROR("{}", e.what());
         return peer.send_error(h.request_id, e.code(), e.what(), false);
@@ -350,14 +328,14 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
     return peer.send_error(
         h.request_id, ErrorCode::kInvalidArgument,
         fmt::format("init of key {} slice {} as [{}, +{}) of {}, but it exists as [{}, +{}) of {}",
-                    h.key, h.arg0, h.offset, h.count, h.total, s->offset, s->count, s->total),
+                    h.key, h.slice(), h.offset, h.count, h.total, s->offset, s->count, s->total),
         false);
   Header r;
   r.type = MsgType::kInitReply;
   r.request_id = h.request_id;
   r.key = h.key;
-  r.arg0 = h.arg0;
-  r.arg1 = stored ? 1 : 0;
+  r.set_slice(h.slice());
+  r.set_stored(stored);
   {
     std::lock_guard lock(s->mu);
     r.round = s->version;
@@ -366,12 +344,12 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
 }
 
 void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  kernels::SgdConfig c;
+  OptimizerConfig c;
   if (Status st = decode_optimizer(payload, c); !st.ok())
     return peer.send_error(h.request_id, st.code(), st.message(), false);
   {
     std::lock_guard lock(sgd_mu_);
-    if (!same(c, config_.sgd)) {
+    if (c != config_.sgd) {
       if (sgd_set_by_worker_)
         return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
                                fmt::format("{} sets a different optimizer than another worker "
@@ -465,7 +443,7 @@ void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
 
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   std::vector<PullWaiter> ready;
-  if (s.busy) return ready;
+  if (s.busy) return ready;  // the update writes the weights: no reply may read them now
   auto keep = s.waiters.begin();
   for (auto& w : s.waiters) {
     auto ws = s.workers.find(w.rank);
@@ -518,7 +496,7 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
     r.offset = s.offset;
     r.count = s.count;
     r.total = s.total;
-    r.arg0 = s.index;
+    r.set_slice(s.index);
     {
       std::lock_guard lock(s.mu);
       r.round = s.version;
@@ -549,16 +527,13 @@ void Server::after_change(Slice& s) {
 }
 
 void Server::submit(Update u) {
-  {
-    std::lock_guard lock(pool_mu_);
-    pool_queue_.push_back(std::move(u));
-  }
-  pool_cv_.notify_one();
+  // Refused only once stop() began: the job is ending, and the slice stays busy.
+  (void)pool_->push(std::move(u));
 }
 
 void Server::run_update(Update& u) {
   Slice& s = *u.slice;
-  kernels::SgdConfig cfg;
+  OptimizerConfig cfg;
   {
     std::lock_guard lock(sgd_mu_);
     cfg = config_.sgd;
@@ -567,12 +542,15 @@ void Server::run_update(Update& u) {
   std::uint64_t version;
   {
     std::lock_guard lock(s.mu);
+    assert(s.busy && "an update runs only on a slice next_update_locked() marked busy");
+    assert(s.readers == 0 && "an update never runs while a pull reply reads the weights");
     version = s.version + 1;
   }
   const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
                               version % config_.checkpoint_every == 0;
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
-  // flight either), so the update runs without the slice lock.
+  // flight either), so the update runs without the slice lock (server.h, "The one access
+  // without a lock"; asserted above).
   kernels::StepResult result;
   std::string bad = bad_grads(s, u);
   try {
@@ -589,7 +567,7 @@ void Server::run_update(Update& u) {
         first_step = true;
       }
       std::vector<const void*> grads;
-      for (const auto& g : u.grads) grads.push_back(g.data.get());
+      for (const auto& g : u.grads) grads.push_back(std::get<HostGrad>(g.where).data.get());
       const kernels::SliceUpdate k = slice_update(
           s, u, grads, s.weights.data(), s.momentum.empty() ? nullptr : s.momentum.data(),
           first_step);
@@ -632,19 +610,19 @@ void Server::run_update(Update& u) {
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
       if (w != s.workers.end()) w->second.applied++;
-      const bool owns_storage = u.grads[i].data || u.grads[i].dev;
-      if (owns_storage && s.free.size() < s.workers.size() + 2)
+      if (u.grads[i].reusable() && s.free.size() < s.workers.size() + 2)
         s.free.push_back(std::move(u.grads[i]));
     }
     s.busy = false;
   }
   // A PUSH_IPC's gradient has been read: the worker may write it again.
   for (auto& g : u.grads) {
-    if (!g.ack_peer) continue;
+    const auto* ipc = std::get_if<IpcGrad>(&g.where);
+    if (!ipc || !ipc->ack_peer) continue;
     Header ack;
     ack.type = MsgType::kPushAck;
-    ack.request_id = g.ack_request;
-    g.ack_peer->send(ack);
+    ack.request_id = ipc->ack_request;
+    ipc->ack_peer->send(ack);
   }
   after_change(s);
 }
@@ -749,7 +727,7 @@ void Server::stop_job(const Status& why) {
   if (!on_control) return;
   Header stop;
   stop.type = MsgType::kShutdown;
-  stop.arg0 = static_cast<std::uint32_t>(why.code());
+  stop.set_error_code(why.code());
   on_control(stop, as_bytes(why.message()));
 }
 

@@ -6,6 +6,22 @@
 //
 // Payloads land in place: a PUSH lands in a gradient buffer of the slice's free list; a PULL
 // reply is sent from the weights themselves, and an update waits until such sends finished.
+//
+// Threads (docs/ARCHITECTURE.md, "Threads"): the transport's progress thread runs the Handler
+// entry points (place, on_message, on_peer_closed) and pull replies' completions; the compute
+// pool (pool_) runs updates; a cuda server's reply thread (Gpu) writes CUDA IPC pulls. Every
+// field below says which mutex guards it or which thread owns it.
+//
+// Lock order: sgd_mu_ -> slices_mu_ -> {members_mu_, Slice::mu} -> the transport's own locks
+// (a send). members_mu_ and a Slice::mu are never held together; inflight_mu_ and trace_mu_ are
+// leaves (nothing is locked under them); no server lock is held while an update is handed to the
+// pool or a job to the GPU reply thread. ThreadSanitizer (make test-sanitize, label tsan) checks
+// the order on every run of tests/unit/server_scheduler_test.cc (it reports an inversion).
+//
+// The one access without a lock: an update writes a slice's weights and momentum without
+// Slice::mu. It may because next_update_locked() marks the slice busy only when no pull reply
+// reads the weights (readers == 0), and ready_waiters_locked() starts no reply while it is busy;
+// run_update() asserts both on entry.
 #pragma once
 
 #include <condition_variable>
@@ -20,8 +36,10 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
+#include "base/work_queue.h"
 #include "device/cuda_device.h"
 #include "device/memory.h"
 #include "kernels/fused_sgd.h"
@@ -33,9 +51,9 @@ namespace psrt::ps {
 struct ServerConfig {
   Mode mode = Mode::kSync;
   std::uint64_t staleness = 0;
-  kernels::SgdConfig sgd;
-  bool average = true;             // mean of the N gradients (false: their sum)
-  std::string checkpoint_dir;      // empty: no checkpoints
+  OptimizerConfig sgd;
+  bool average = true;         // mean of the N gradients (false: their sum)
+  std::string checkpoint_dir;  // empty: no checkpoints
   std::uint64_t checkpoint_every = 0;
   std::uint64_t resume_round = 0;  // load slices from this checkpoint round at INIT
   int threads = 1;                 // compute pool size (updates of different slices in parallel)
@@ -58,7 +76,8 @@ class Server final : public Handler {
   // The live workers (from the scheduler). Departed workers' queued gradients are dropped;
   // rounds waiting only on them run now.
   void set_members(const std::vector<std::uint32_t>& ranks);
-  // Called for messages from the scheduler that the server process handles (SHUTDOWN).
+  // Called for messages from the scheduler that the server process handles (SHUTDOWN). Set
+  // before the transport delivers anything; runs on the progress thread or a pool thread.
   std::function<void(const Header&, std::span<const std::byte>)> on_control;
   // The checkpoint round to load slices from at INIT (from the scheduler's REGISTER reply).
   void set_resume_round(std::uint64_t round) { config_.resume_round = round; }
@@ -78,24 +97,40 @@ class Server final : public Handler {
   void on_peer_closed(Peer& peer, const Status& why) override;
 
  private:
-  struct GradBuf {
-    std::unique_ptr<std::byte[]> data;  // cpu server: the payload lands here
-    device::PinnedMemory pinned;  // cuda server, staged path: the payload lands here...
-    device::DeviceMemory dev;     // ...and is copied here (the receive slot the kernel reads);
-                                  // with a CUDA-capable transport it lands here directly
-    device::Event copied;         // the copy into `dev`, when staged
-    // CUDA IPC: the gradient stays in the worker's GPU memory and is read there, after
-    // `remote_event`; a PUSH_IPC is acked only once the update has read it.
+  // One gradient, by where its bytes are: each storage mode holds exactly what it needs.
+  struct HostGrad {  // cpu server: the payload lands here
+    std::unique_ptr<std::byte[]> data;
+  };
+  struct DeviceGrad {  // cuda server, CUDA-capable transport: lands in the slot the kernel reads
+    device::DeviceMemory dev;
+  };
+  struct StagedGrad {             // cuda server, host-only transport (path c):
+    device::DeviceMemory dev;     // the receive slot the kernel reads,
+    device::PinnedMemory pinned;  // where the payload lands first,
+    device::Event copied;         // and the copy pinned -> dev, queued once it landed
+  };
+  // CUDA IPC: the gradient stays in the worker's GPU memory and is read there, after
+  // `remote_event`; a PUSH_IPC is acked only once the update has read it.
+  struct IpcGrad {
     const void* remote = nullptr;
     void* remote_event = nullptr;
-    std::shared_ptr<void> remote_hold;  // keeps the IPC mapping open until the update ran
-    std::shared_ptr<Peer> ack_peer;
+    std::shared_ptr<void> hold;      // keeps the IPC mapping open until the update ran
+    std::shared_ptr<Peer> ack_peer;  // PUSH_IPC: acked once read; null for PUSH_PULL_IPC
     std::uint64_t ack_request = 0;
+  };
+  struct GradBuf {
+    // monostate: not placed yet (a free-list miss on a cuda server, before place_on_device).
+    std::variant<std::monostate, HostGrad, DeviceGrad, StagedGrad, IpcGrad> where;
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
     float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
+    // Storage the server owns, kept on the slice's free list for the next push (not IPC).
+    bool reusable() const {
+      return std::holds_alternative<HostGrad>(where) || std::holds_alternative<DeviceGrad>(where) ||
+             std::holds_alternative<StagedGrad>(where);
+    }
   };
-  struct WorkerState {
+  struct WorkerState {  // all fields: guarded by the slice's mu
     std::deque<GradBuf> queued;
     std::uint64_t applied = 0;
     std::uint64_t received = 0;
@@ -111,14 +146,18 @@ class Server final : public Handler {
   };
   struct Slice {
     std::mutex mu;
+    // Set before the slice is published in slices_, constant after.
     std::uint64_t key = 0, offset = 0, count = 0, total = 0;
     std::uint32_t index = 0;
     // cpu server: the slice. cuda server: the slice is d_weights/d_momentum; `weights` and
     // `momentum` are filled for checkpoints only, and `mirror` (pinned) holds the weights staged
     // pulls are sent from, refreshed after every update.
+    // Not guarded by mu: written only by the update that holds `busy` (no reader then), read by
+    // pull replies counted in `readers` (no update then). See the header comment.
     std::vector<float> weights, momentum;
     device::DeviceMemory d_weights, d_momentum;
     device::PinnedMemory mirror;
+    // The rest: guarded by mu.
     std::uint64_t version = 0;
     std::map<std::uint32_t, WorkerState> workers;  // live ranks
     std::vector<GradBuf> free;
@@ -126,18 +165,18 @@ class Server final : public Handler {
     // another dtype is refused while any is, as while any gradient is queued.
     std::uint32_t arriving = 0;
     WireType arriving_dtype = WireType::kF32;
-    bool busy = false;
-    int readers = 0;
+    bool busy = false;  // an update of this slice is queued or running
+    int readers = 0;    // pull replies sending from the weights
     std::vector<PullWaiter> waiters;
   };
-  struct Update {
+  struct Update {  // owned by the thread holding it (taken under the slice's mu)
     Slice* slice;
     std::vector<std::uint32_t> ranks;
     std::vector<GradBuf> grads;
     std::uint64_t slowest;  // min clock over live workers before it, for the trace
     std::vector<std::uint64_t> clocks;
   };
-  struct InFlight {
+  struct InFlight {  // between place() and on_message(): in inflight_, under inflight_mu_
     Slice* slice = nullptr;
     GradBuf grad;
     std::vector<float> init;
@@ -180,7 +219,7 @@ class Server final : public Handler {
   void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);
   void after_receive_on_device(GradBuf& g);
   void init_on_device(Slice& s);
-  kernels::StepResult update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+  kernels::StepResult update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                        bool checkpoint_due);
   void on_device_info(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payload);
@@ -188,35 +227,36 @@ class Server final : public Handler {
   // copy waits for the worker's event: never on a progress thread).
   void reply_ipc_pull(Slice& s, PullWaiter w);
   ConstBuffer pull_source(const Slice& s) const;
-  void after_change(Slice& s);  // locks s: serves pulls and starts what may start
+  void after_change(Slice& s);    // locks s: serves pulls and starts what may start
   void release_reader(Slice& s);  // a pull reply no longer reads the weights
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
+  // Constant after construction, except: config_.sgd (guarded by sgd_mu_) and
+  // config_.resume_round (set_resume_round() and INIT: the progress thread only).
   ServerConfig config_;
   std::mutex sgd_mu_;
-  bool sgd_set_by_worker_ = false;
+  bool sgd_set_by_worker_ = false;  // guarded by sgd_mu_
 
+  // Slices are added (INIT) under the unique lock and never removed while the server runs: a
+  // Slice* taken under the shared lock stays valid.
   std::shared_mutex slices_mu_;
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::unique_ptr<Slice>> slices_;
   std::mutex members_mu_;
-  std::set<std::uint32_t> members_;
-  std::map<std::uint32_t, Credential> credentials_;  // live worker → its credential
+  std::set<std::uint32_t> members_;                  // guarded by members_mu_
+  std::map<std::uint32_t, Credential> credentials_;  // live worker → credential: members_mu_
 
   std::mutex inflight_mu_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight> inflight_;  // (peer, cookie)
+  std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight>
+      inflight_;  // (peer, cookie): inflight_mu_
   std::atomic<std::uint64_t> next_cookie_{1};
 
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::deque<Update> pool_queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> pool_;
-
-  std::unique_ptr<Gpu> gpu_;  // null for a cpu server
+  std::unique_ptr<Gpu> gpu_;  // null for a cpu server; set by the constructor, constant after
 
   std::mutex trace_mu_;
-  std::FILE* trace_ = nullptr;
+  std::FILE* trace_ = nullptr;  // the pointer is constant after construction; writes: trace_mu_
+
+  std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };
 
 }  // namespace psrt::ps

@@ -35,24 +35,36 @@ std::string Server::set_transport(const transport::Transport& t) {
 }
 
 void Server::place_on_device(GradBuf& g, std::size_t size, transport::Placement& p) {
-  if (!g.dev) {
-    g.dev = device::DeviceMemory::allocate(gpu_->index, size);
-    g.size = size;
-  }
+  // A buffer from the free list is of this server's one mode already (the transport's).
   if (gpu_->transport_cuda) {
-    p.dest = {g.dev.data(), size, MemoryType::kCuda};
+    auto* d = std::get_if<DeviceGrad>(&g.where);
+    if (!d) {
+      g.where = DeviceGrad{device::DeviceMemory::allocate(gpu_->index, size)};
+      g.size = size;
+      d = &std::get<DeviceGrad>(g.where);
+    }
+    p.dest = {d->dev.data(), size, MemoryType::kCuda};
     return;
   }
-  if (!g.pinned) g.pinned = device::PinnedMemory::allocate(size, gpu_->index);
-  p.dest = {g.pinned.data(), size, MemoryType::kHost};
+  auto* st = std::get_if<StagedGrad>(&g.where);
+  if (!st) {
+    StagedGrad fresh;
+    fresh.dev = device::DeviceMemory::allocate(gpu_->index, size);
+    fresh.pinned = device::PinnedMemory::allocate(size, gpu_->index);
+    g.where = std::move(fresh);
+    g.size = size;
+    st = &std::get<StagedGrad>(g.where);
+  }
+  p.dest = {st->pinned.data(), size, MemoryType::kHost};
 }
 
 void Server::after_receive_on_device(GradBuf& g) {
-  if (gpu_->transport_cuda) return;
+  auto* st = std::get_if<StagedGrad>(&g.where);
+  if (!st) return;  // landed in device memory directly
   // Queued now, while later payloads are still arriving: the copy overlaps the receives, and
   // the update only waits for the event.
-  device::copy_async(g.dev.data(), g.pinned.data(), g.size, gpu_->copies);
-  g.copied = device::Event::record(gpu_->copies);
+  device::copy_async(st->dev.data(), st->pinned.data(), g.size, gpu_->copies);
+  st->copied = device::Event::record(gpu_->copies);
 }
 
 void Server::init_on_device(Slice& s) {
@@ -70,7 +82,7 @@ void Server::init_on_device(Slice& s) {
   }
 }
 
-kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels::SgdConfig& cfg,
+kernels::StepResult Server::update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                              bool checkpoint_due) {
   Gpu& gpu = *gpu_;
   const std::size_t bytes = s.count * sizeof(float);
@@ -81,9 +93,17 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const kernels:
   }
   std::vector<const void*> grads;
   for (const auto& g : u.grads) {
-    if (g.copied) g.copied.wait_on(gpu.compute);
-    if (g.remote_event) device::wait_event(g.remote_event, gpu.compute);  // the worker's writes
-    grads.push_back(g.remote ? g.remote : g.dev.data());
+    if (const auto* st = std::get_if<StagedGrad>(&g.where)) {
+      if (st->copied) st->copied.wait_on(gpu.compute);
+      grads.push_back(st->dev.data());
+    } else if (const auto* d = std::get_if<DeviceGrad>(&g.where)) {
+      grads.push_back(d->dev.data());
+    } else if (const auto* ipc = std::get_if<IpcGrad>(&g.where)) {
+      if (ipc->remote_event) device::wait_event(ipc->remote_event, gpu.compute);  // its writes
+      grads.push_back(ipc->remote);
+    } else {
+      throw Error(ErrorCode::kInternal, "a gradient in host memory reached the device update");
+    }
   }
   const kernels::SliceUpdate k =
       slice_update(s, u, grads, static_cast<float*>(s.d_weights.data()),
@@ -152,7 +172,7 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
   } catch (const Error& e) {
     // Not the peer's fault as a rule (another container, no peer access): refuse this request
     // and keep the connection, so the worker can say what to change.
-    PSRT_LOG_WARN("{} of key {} slice {} from {}: {}", to_string(h.type), h.key, h.arg0,
+    PSRT_LOG_WARN("{} of key {} slice {} from {}: {}", to_string(h.type), h.key, h.slice(),
                   peer.name(), e.what());
     return peer.send_error(h.request_id, e.code(),
                            fmt::format("CUDA IPC on {}: {} (set PSRT_CUDA_IPC=0 on the workers "
@@ -165,17 +185,19 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
     std::lock_guard lock(s.mu);
     if (pushes) {
       const float lr = admit_push_locked(s, h, rank);
+      IpcGrad ipc;
+      ipc.remote = grad.data;
+      ipc.remote_event = grad.event;
+      ipc.hold = std::move(grad.hold);
+      if (h.type == MsgType::kPushIpc) {
+        ipc.ack_peer = peer.shared_from_this();
+        ipc.ack_request = h.request_id;
+      }
       GradBuf g;
-      g.remote = grad.data;
-      g.remote_event = grad.event;
-      g.remote_hold = std::move(grad.hold);
+      g.where = std::move(ipc);
       g.size = grad_bytes;
       g.dtype = h.dtype;
       g.lr = lr;
-      if (h.type == MsgType::kPushIpc) {
-        g.ack_peer = peer.shared_from_this();
-        g.ack_request = h.request_id;
-      }
       auto& w = s.workers.at(rank);
       w.queued.push_back(std::move(g));
       w.received++;
@@ -210,7 +232,7 @@ void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
     r.type = MsgType::kPullIpcReply;
     r.request_id = w.request_id;
     r.key = s.key;
-    r.arg0 = s.index;
+    r.set_slice(s.index);
     {
       std::lock_guard lock(s.mu);
       r.round = s.version;

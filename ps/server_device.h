@@ -3,13 +3,10 @@
 // device receive slots as they arrive, and which path the transport allows.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "base/work_queue.h"
 #include "device/cuda_device.h"
 #include "device/ipc.h"
 #include "device/memory.h"
@@ -24,55 +21,28 @@ struct Server::Gpu {
         compute(device),
         copies(device),
         replies(device),
-        ipc(device),
-        reply_thread([this] { run_replies(); }) {}
-  ~Gpu() {
-    {
-      std::lock_guard lock(mu);
-      stopping = true;
-    }
-    cv.notify_all();
-    reply_thread.join();
-  }
+        ipc(device) {}
+  ~Gpu() { reply_thread.stop(); }
   // Runs `job` on the reply thread (in order).
-  void post(std::function<void()> job) {
-    {
-      std::lock_guard lock(mu);
-      jobs.push_back(std::move(job));
-    }
-    cv.notify_one();
-  }
+  void post(std::function<void()> job) { reply_thread.push(std::move(job)); }
 
+  // Threads: the streams are CUDA's (enqueueing is thread-safe); which thread uses each is noted.
   const int index;
   const std::string name;
-  device::Stream compute;       // updates, then the weights' copy into the host mirror
-  device::Stream copies;        // staged gradients: pinned landing buffer -> device receive slot
-  device::Stream replies;       // CUDA IPC pulls: the weights -> the worker's output
-  device::IpcImporter ipc;      // workers' buffers shared with CUDA IPC
-  bool transport_cuda = false;  // the transport sends from and receives into device memory
+  device::Stream compute;   // pool threads: updates, then the weights' copy into the host mirror
+  device::Stream copies;    // progress thread: staged gradients (pinned landing buffer -> device
+                            // receive slot) and INIT's upload
+  device::Stream replies;   // reply thread: CUDA IPC pulls (the weights -> the worker's output)
+  device::IpcImporter ipc;  // thread-safe; progress thread: workers' buffers shared via CUDA IPC
+  // The transport sends from and receives into device memory. Written by set_transport() before
+  // the transport delivers anything, constant after.
+  bool transport_cuda = false;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
-  bool stopping = false;
-  std::thread reply_thread;  // last: started once everything above exists
-
- private:
-  void run_replies() {
-    // This thread only ever works on this device: set it once, never restored.
-    device::DeviceGuard::set_for_thread(index);
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [this] { return stopping || !jobs.empty(); });
-        if (jobs.empty()) return;
-        job = std::move(jobs.front());
-        jobs.pop_front();
-      }
-      job();
-    }
-  }
+  // Runs the jobs of post(), in order; this thread only ever works on this device (set once,
+  // never restored). Last: started once everything above exists.
+  WorkQueue<std::function<void()>> reply_thread{
+      1, [](std::function<void()>& job) { job(); },
+      [device = index] { device::DeviceGuard::set_for_thread(device); }};
 };
 
 }  // namespace psrt::ps

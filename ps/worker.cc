@@ -88,13 +88,13 @@ Worker::Impl::Impl(const WorkerOptions& options) : options_(options) {
                                     0, options_.connect_timeout);
     Header h;
     h.type = MsgType::kRegister;
-    h.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-    h.arg1 = wanted;
+    h.set_role(ps::Role::kWorker);
+    h.set_rank(wanted);
     // Registration waits for the whole job to arrive: bounded by the operation timeout.
     auto reply = requests_.call(*scheduler_, h, {}, "REGISTER", options_.op_timeout);
-    rank_ = reply.header.arg0;
+    rank_ = reply.header.assigned_rank();
     endpoint_->set_credential(ps::credential_of(reply.header));  // proven to every server
-    num_workers_ = static_cast<int>(reply.header.arg1);
+    num_workers_ = static_cast<int>(reply.header.live_workers());
     resume_round_ = reply.header.round;
     scheduler_->set_rank(0);
     std::vector<std::string> addresses;
@@ -168,10 +168,8 @@ std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::u
 
 void Worker::Impl::set_optimizer(const OptimizerConfig& c) {
   check_open();
-  kernels::SgdConfig sgd{c.lr,       c.momentum,      c.dampening,     c.weight_decay,
-                         c.nesterov, c.max_grad_norm, c.skip_nonfinite};
-  auto payload = ps::encode_optimizer(sgd);
-  kernels::SgdConfig checked;
+  auto payload = ps::encode_optimizer(c);
+  OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(payload, checked); !s.ok()) s.throw_if_error();
   for (auto& server : servers_) {
     Header h;
@@ -202,7 +200,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
   auto l = layout(key, 0);
   const std::size_t esize = ps::wire_size(dtype);
   const std::string op(ps::to_string(type));
-  const std::uint32_t lr = lr_bits_.load(std::memory_order_relaxed);
+  const float lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
   const bool sends_grad = type != MsgType::kPull;
   if (sends_grad && grad.size != l->total * esize)
     throw Error(ErrorCode::kInvalidArgument,
@@ -297,8 +295,8 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
     h.offset = s.offset;
     h.count = s.count;
     h.total = l->total;
-    h.arg0 = s.index;
-    if (type == MsgType::kPush || type == MsgType::kPushPull) h.arg1 = lr;
+    h.set_slice(s.index);
+    if (type == MsgType::kPush || type == MsgType::kPushPull) h.set_learning_rate(lr);
     auto& server = *servers_[s.server];
     const std::string what = fmt::format("{} of key {} slice {}", op, key, s.index);
     if (plan.ipc) {
@@ -425,7 +423,8 @@ void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const s
                               const transport::Placement&) {
   if (h.type == MsgType::kShutdown) {
     std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
-    if (h.arg0 != 0) PSRT_LOG_ERROR("the scheduler stopped the job: {}", why);
+    if (h.shutdown_code() != ErrorCode::kOk)
+      PSRT_LOG_ERROR("the scheduler stopped the job: {}", why);
     {
       std::lock_guard lock(state_mu_);
       ended_ = why.empty() ? "stopped by the scheduler" : why;

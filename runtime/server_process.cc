@@ -23,14 +23,14 @@ ps::ServerConfig server_config_from_env() {
   ps::ServerConfig c;
   c.mode = ps::parse_mode(env_string("PSRT_MODE"));
   c.staleness = static_cast<std::uint64_t>(env_int("PSRT_STALENESS", 0, 1 << 20));
-  c.sgd.lr = env_float("PSRT_LR");
-  c.sgd.momentum = env_float("PSRT_MOMENTUM");
-  c.sgd.dampening = env_float("PSRT_DAMPENING");
-  c.sgd.weight_decay = env_float("PSRT_WEIGHT_DECAY");
-  c.sgd.nesterov = env_bool("PSRT_NESTEROV");
-  c.sgd.max_grad_norm = env_float("PSRT_MAX_GRAD_NORM");
-  c.sgd.skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE");
-  kernels::SgdConfig checked;
+  c.sgd = {.lr = env_float("PSRT_LR"),
+           .momentum = env_float("PSRT_MOMENTUM"),
+           .dampening = env_float("PSRT_DAMPENING"),
+           .weight_decay = env_float("PSRT_WEIGHT_DECAY"),
+           .nesterov = env_bool("PSRT_NESTEROV"),
+           .max_grad_norm = env_float("PSRT_MAX_GRAD_NORM"),
+           .skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE")};
+  OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(ps::encode_optimizer(c.sgd), checked); !s.ok())
     throw Error(ErrorCode::kInvalidArgument,
                 "PSRT_LR/PSRT_MOMENTUM/.../PSRT_MAX_GRAD_NORM: " + s.message());
@@ -95,7 +95,7 @@ int run_server_from_env() {
   server.on_control = [&](const ps::Header& h, std::span<const std::byte> payload) {
     if (h.type == ps::MsgType::kShutdown) {
       std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
-      auto code = static_cast<ErrorCode>(h.arg0);
+      auto code = h.shutdown_code();
       return end(code == ErrorCode::kOk ? Status() : Status(code, why));
     }
     if (h.type == ps::MsgType::kRegisterReply) server.set_resume_round(h.round);
@@ -126,8 +126,8 @@ int run_server_from_env() {
   ps::Header reg;
   ps::Reply reply;
   reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
-  reg.arg1 = rank;
+  reg.set_role(ps::Role::kServer);
+  reg.set_rank(rank);
   std::string addr_line = address;
   try {
     reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",

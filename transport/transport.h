@@ -6,9 +6,16 @@
 // receiver is handed the header first, chooses where the payload goes (Receiver::place), and the
 // payload then lands directly in that buffer; Receiver::on_message says the message is complete.
 //
-// Threads: every backend runs one progress thread. All Receiver callbacks and all SendDone
-// callbacks run on it, one at a time; they must not block. send() and close() may be called from
-// any thread, including from inside a callback.
+// Threads: every backend runs one progress thread. While the transport runs, all Receiver
+// callbacks and all SendDone callbacks run on it, one at a time, and never inside the send() or
+// close() that caused them (not even a send that fails at once, nor one called from a callback:
+// its completion runs after that callback returned); they must not block. send() and close() may
+// be called from any thread, including from inside a callback. Once shutdown() has stopped the
+// progress thread there is no thread left to run them, so no completion is lost: shutdown() runs
+// the pending ones on its own thread, and a later send() completes with an error on the calling
+// thread before it returns. A caller whose completions take a lock it holds while sending must
+// therefore not send once shutdown() began (ps::Scheduler shuts its transport down only after
+// its own threads stopped, holding no lock). tests/transport/conformance_test.cc checks both.
 #pragma once
 
 #include <chrono>
@@ -44,7 +51,8 @@ struct Options {
   std::string secure_secret;
 };
 
-// Completion of one send. Runs exactly once, on the progress thread.
+// Completion of one send. Runs exactly once: on the progress thread while the transport runs, on
+// the thread that shuts it down or sends after that (see "Threads" above).
 using SendDone = std::function<void(const Status&)>;
 
 class Connection {

@@ -41,29 +41,13 @@
 
 #include "psrt/buffer.h"
 #include "psrt/error.h"
+#include "psrt/optimizer.h"
 
 namespace psrt {
 
 using Key = std::uint64_t;
 
-// torch.optim.SGD's parameters, applied on the servers.
-struct OptimizerConfig {
-  float lr = 0.01f;
-  float momentum = 0.f;
-  float dampening = 0.f;
-  float weight_decay = 0.f;
-  bool nesterov = false;
-  // > 0: before the update, scale the round's mean (or summed) gradient g by
-  // min(1, max_grad_norm / (|g| + 1e-6)), as torch.nn.utils.clip_grad_norm_ does. NOTE the norm
-  // |g| is taken per server update, i.e. over ONE SLICE of one tensor (at most psrun's
-  // --partition-bytes), not over the whole model as in torch: a large tensor's slices are
-  // clipped independently and small tensors on their own. Finite, >= 0; 0 = no clipping.
-  float max_grad_norm = 0.f;
-  // Skip a server update whose aggregated gradient holds a NaN or an infinity: that slice's
-  // weights and momentum stay exactly as they were (the round still counts, so every worker's
-  // push and pull complete), and the server logs a warning naming the key, slice and round.
-  bool skip_nonfinite = false;
-};
+// The servers' optimizer, OptimizerConfig: psrt/optimizer.h.
 
 // Gradient element types. Weights are always fp32; gradients may travel as fp16 or bf16 to
 // halve the bytes pushed (the servers accumulate in fp32).

@@ -87,7 +87,7 @@ Outcome check_ranks(const Header& h, std::span<const std::byte> payload) {
 }
 
 Outcome check_optimizer(std::span<const std::byte> payload) {
-  kernels::SgdConfig c;
+  OptimizerConfig c;
   if (!decode_optimizer(payload, c).ok()) return Outcome::kStructuredRejected;
   require(c.lr >= 0.f && c.lr <= 3.4e38f && c.momentum >= 0.f && c.momentum <= 3.4e38f &&
               c.weight_decay >= 0.f && c.weight_decay <= 3.4e38f && c.dampening >= 0.f &&

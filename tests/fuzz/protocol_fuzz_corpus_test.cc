@@ -108,7 +108,7 @@ std::map<std::string, Seed> seeds() {
   h.count = 3;
   const std::vector<MemberRecord> members = {{0, {}}, {1, {}}, {3, {}}};
   s["seed-membership"] = {message(h, encode_members(members)), Outcome::kStructuredAccepted};
-  kernels::SgdConfig c;
+  OptimizerConfig c;
   c.lr = 0.1f;
   c.momentum = 0.9f;
   c.nesterov = true;

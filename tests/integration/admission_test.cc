@@ -240,8 +240,8 @@ std::vector<std::byte> frame(const ps::Header& h, std::uint64_t payload, bool ga
 ps::Header hello_header(ps::Identity who = {ps::Role::kWorker, ps::kAnyRank}) {
   ps::Header h;
   h.type = ps::MsgType::kHello;
-  h.arg0 = static_cast<std::uint32_t>(who.role);
-  h.arg1 = who.rank;
+  h.set_role(who.role);
+  h.set_rank(who.rank);
   return h;
 }
 

@@ -7,6 +7,7 @@
 // their rounds stayed exact.
 #include "tests/integration/attacker.h"
 
+#include <bit>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -176,7 +177,7 @@ void run_attacks() {
     push.offset = s0.offset;
     push.count = s0.count - 1;
     push.total = loc.header.total;
-    push.arg0 = s0.index;
+    push.set_slice(s0.index);
     std::string error;
     push.request_id = client.requests.add(*peer, "bad PUSH",
                                           [&](const Status& s, const ps::Header&, auto) {
@@ -197,8 +198,8 @@ void run_attacks() {
     push.offset = s0.offset;
     push.count = s0.count;
     push.total = loc.header.total;
-    push.arg0 = s0.index;
-    push.arg1 = 0x7fc00000u;  // quiet NaN
+    push.set_slice(s0.index);
+    push.set_learning_rate(std::bit_cast<float>(0x7fc00000u));  // quiet NaN
     std::string error;
     push.request_id = client.requests.add(*peer, "PUSH with a NaN learning rate",
                                           [&](const Status& s, const ps::Header&, auto) {
@@ -244,7 +245,7 @@ void run_attacks() {
         push.offset = s0.offset;
         push.count = s0.count;
         push.total = loc.header.total;
-        push.arg0 = s0.index;
+        push.set_slice(s0.index);
         ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
         peer->send(push, {&b, 1});
         std::this_thread::sleep_for(200ms);
@@ -292,7 +293,7 @@ void run_stale_rank(const std::string& sync) {
   auto raw = connect_raw_worker(backend, secret, client, scheduler_addr);
   auto& [endpoint, t, sched] = raw;
   auto reply = register_raw_worker(raw, client.requests);  // and its credential
-  expect(reply.header.arg0 == 0, "registered as rank 0");
+  expect(reply.header.assigned_rank() == 0, "registered as rank 0");
   std::vector<std::string> servers;
   expect(ps::decode_lines(reply.payload, servers).ok() && servers.size() == 1, "one server");
   const auto deadline = std::chrono::steady_clock::now() + 30s;

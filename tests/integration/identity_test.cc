@@ -376,8 +376,8 @@ TEST(SchedulerIdentity, SecondRegisterOnOneConnectionIsRefused) {
                           std::chrono::seconds(5));
   psrt::ps::Header reg;
   reg.type = MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(Role::kWorker);
-  reg.arg1 = psrt::ps::kAnyRank;
+  reg.set_role(Role::kWorker);
+  reg.set_rank(psrt::ps::kAnyRank);
   reg.request_id = client.requests.add(*peer, "first REGISTER", [](auto&&...) {});
   peer->send(reg);
   std::string what = "no answer";

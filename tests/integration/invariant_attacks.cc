@@ -161,7 +161,7 @@ ps::Header data_header(ps::MsgType type, ps::WireType dtype, std::uint64_t key,
   h.offset = s.offset;
   h.count = s.count;
   h.total = total;
-  h.arg0 = s.index;
+  h.set_slice(s.index);
   return h;
 }
 
@@ -258,12 +258,12 @@ void run_invariant_attack(const std::string& which) {
       auto peer = endpoint->connect(*t, scheduler_addr, ps::kAnyRank, ps::Role::kScheduler, 0, 10s);
       ps::Header h;
       h.type = ps::MsgType::kRegister;
-      h.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-      h.arg1 = want;
+      h.set_role(ps::Role::kWorker);
+      h.set_rank(want);
       std::string error;
       std::uint32_t rank = ps::kAnyRank;
       try {
-        rank = client.requests.call(*peer, h, {}, "REGISTER", 10s).header.arg0;
+        rank = client.requests.call(*peer, h, {}, "REGISTER", 10s).header.assigned_rank();
       } catch (const Error& e) {
         error = e.what();
       }

@@ -162,14 +162,14 @@ TEST(Invariants, RefusedMembershipChangeStopsTheJobNamingTheServer) {
       server_ep->connect(*server_t, scheduler.address(), 0, ps::Role::kScheduler, 0, 10s);
   ps::Header reg;
   reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kServer);
-  reg.arg1 = 0;
+  reg.set_role(ps::Role::kServer);
+  reg.set_rank(0);
   std::string address = "127.0.0.1:1";
   server.requests.call(*to_sched, reg, ps::encode_lines({&address, 1}), "REGISTER", 10s);
 
   // The worker completes the rendezvous; the membership change that admits it is refused.
   auto w = worker_ep->connect(*worker_t, scheduler.address(), 0, ps::Role::kScheduler, 0, 10s);
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
+  reg.set_role(ps::Role::kWorker);
   std::string worker_error;
   std::thread registering([&] {
     try {

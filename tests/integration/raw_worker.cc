@@ -27,8 +27,8 @@ RawWorker connect_raw_worker(const std::string& backend, const std::string& secr
 ps::Reply register_raw_worker(RawWorker& w, ps::Requests& requests) {
   ps::Header reg;
   reg.type = ps::MsgType::kRegister;
-  reg.arg0 = static_cast<std::uint32_t>(ps::Role::kWorker);
-  reg.arg1 = 0;
+  reg.set_role(ps::Role::kWorker);
+  reg.set_rank(0);
   auto reply = requests.call(*w.scheduler, reg, {}, "REGISTER", 60s);
   w.endpoint->set_credential(ps::credential_of(reply.header));
   return reply;

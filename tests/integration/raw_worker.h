@@ -47,7 +47,7 @@ RawWorker connect_raw_worker(const std::string& backend, const std::string& secr
                              std::uint32_t rank = 0);
 
 // REGISTERs `w` as a worker (bounded to 60 s) and sets on its endpoint the membership credential
-// of the reply, which it then proves to every server. The reply: rank in arg0, server list.
+// of the reply, which it then proves to every server. The reply: assigned_rank(), server list.
 ps::Reply register_raw_worker(RawWorker& w, ps::Requests& requests);
 
 // "OK <what>" on stdout when `ok`, else "FAIL <label>: <what>" on stderr and exit 1.

@@ -103,7 +103,7 @@ struct Case {
 
 // One slice's inputs on the host (the CPU reference updates these in place) and on the device.
 struct SliceFixture {
-  SliceFixture(const Case& c, const SgdConfig& cfg, std::mt19937_64& rng)
+  SliceFixture(const Case& c, const OptimizerConfig& cfg, std::mt19937_64& rng)
       : c_(c),
         has_momentum_(cfg.momentum != 0.f),
         grads(make_grads(c.dtype, c.num_grads, c.count, GradRange::kWide, rng)),
@@ -142,7 +142,7 @@ struct SliceFixture {
   }
 
   // Runs the CPU reference on the host copies and compares the device results bit for bit.
-  void expect_matches_cpu(const SgdConfig& cfg, const std::string& label) {
+  void expect_matches_cpu(const OptimizerConfig& cfg, const std::string& label) {
     // An empty slice has nothing to compare, and its empty host vectors have null data(),
     // which the CPU update refuses.
     if (c_.count > 0) fused_sgd_cpu(host_update(), cfg);
@@ -207,18 +207,42 @@ struct SliceFixture {
 };
 
 // The optimizer settings every comparison covers.
-std::vector<SgdConfig> configs() {
-  std::vector<SgdConfig> out;
-  out.push_back({0.05f, 0.f, 0.f, 0.f, false});      // plain SGD
-  out.push_back({0.05f, 0.f, 0.f, 1e-4f, false});    // weight decay
-  out.push_back({0.03f, 0.9f, 0.f, 0.f, false});     // momentum
-  out.push_back({0.03f, 0.9f, 0.1f, 5e-4f, false});  // momentum, dampening, weight decay
-  out.push_back({0.02f, 0.9f, 0.f, 0.f, true});      // nesterov
-  out.push_back({0.02f, 0.85f, 0.f, 1e-3f, true});   // nesterov with weight decay
+std::vector<OptimizerConfig> configs() {
+  std::vector<OptimizerConfig> out;
+  out.push_back({.lr = 0.05f,
+                 .momentum = 0.f,
+                 .dampening = 0.f,
+                 .weight_decay = 0.f,
+                 .nesterov = false});  // plain SGD
+  out.push_back({.lr = 0.05f,
+                 .momentum = 0.f,
+                 .dampening = 0.f,
+                 .weight_decay = 1e-4f,
+                 .nesterov = false});  // weight decay
+  out.push_back({.lr = 0.03f,
+                 .momentum = 0.9f,
+                 .dampening = 0.f,
+                 .weight_decay = 0.f,
+                 .nesterov = false});  // momentum
+  out.push_back({.lr = 0.03f,
+                 .momentum = 0.9f,
+                 .dampening = 0.1f,
+                 .weight_decay = 5e-4f,
+                 .nesterov = false});  // momentum, dampening, weight decay
+  out.push_back({.lr = 0.02f,
+                 .momentum = 0.9f,
+                 .dampening = 0.f,
+                 .weight_decay = 0.f,
+                 .nesterov = true});  // nesterov
+  out.push_back({.lr = 0.02f,
+                 .momentum = 0.85f,
+                 .dampening = 0.f,
+                 .weight_decay = 1e-3f,
+                 .nesterov = true});  // nesterov with weight decay
   return out;
 }
 
-std::string describe(const Case& c, const SgdConfig& cfg) {
+std::string describe(const Case& c, const OptimizerConfig& cfg) {
   return std::string(to_string(c.dtype)) + " N=" + std::to_string(c.num_grads) +
          " count=" + std::to_string(c.count) + (c.first_step ? " first_step" : "") +
          (c.misaligned ? " misaligned" : "") + " lr=" + std::to_string(cfg.lr) +
@@ -236,9 +260,9 @@ TEST_P(CudaMatchesCpu, BitIdentical) {
   SKIP_WITHOUT_GPU();
   const auto [dtype, n] = GetParam();
   std::mt19937_64 rng(0x5eed + static_cast<unsigned>(n) * 31 + static_cast<unsigned>(dtype));
-  const std::vector<SgdConfig> all = configs();
+  const std::vector<OptimizerConfig> all = configs();
   for (std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{1001}}) {
-    for (const SgdConfig& cfg : all) {
+    for (const OptimizerConfig& cfg : all) {
       for (bool first_step : {false, true}) {
         for (bool misaligned : {false, true}) {
           const Case c{dtype, n, count, first_step, misaligned};
@@ -250,7 +274,8 @@ TEST_P(CudaMatchesCpu, BitIdentical) {
       }
     }
   }
-  const SgdConfig& cfg = all[static_cast<std::size_t>(n + static_cast<int>(dtype)) % all.size()];
+  const OptimizerConfig& cfg =
+      all[static_cast<std::size_t>(n + static_cast<int>(dtype)) % all.size()];
   for (bool misaligned : {false, true}) {
     const Case c{dtype, n, 1000003, n % 2 == 0, misaligned};
     SliceFixture f(c, cfg, rng);
@@ -274,7 +299,7 @@ INSTANTIATE_TEST_SUITE_P(AllDTypesAndGradCounts, CudaMatchesCpu,
 TEST(CudaFusedSgd, OneLaunchMixesSlices) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(77);
-  for (const SgdConfig& cfg : configs()) {
+  for (const OptimizerConfig& cfg : configs()) {
     const std::vector<Case> cases = {
         {DType::kF32, 3, 1, false, false},      {DType::kBF16, 9, 1000003, false, false},
         {DType::kF16, 1, 7, true, true},        {DType::kF32, 16, 0, false, false},
@@ -303,7 +328,8 @@ TEST(CudaFusedSgd, OneLaunchMixesSlices) {
 // other through fused_sgd_cuda, compared bit for bit (and the first against the CPU reference).
 TEST(CudaFusedSgdBatch, RepeatedLaunchesEqualRepeatedBlockingUpdates) {
   SKIP_WITHOUT_GPU();
-  const SgdConfig cfg{0.03f, 0.9f, 0.f, 1e-4f, false};
+  const OptimizerConfig cfg{
+      .lr = 0.03f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
   const std::vector<Case> cases = {{DType::kBF16, 8, 1000003, false, false},
                                    {DType::kF32, 3, 1001, false, true},
                                    {DType::kF16, 12, 0, false, false}};
@@ -346,7 +372,8 @@ TEST(CudaFusedSgdBatch, RepeatedLaunchesEqualRepeatedBlockingUpdates) {
 TEST(CudaFusedSgd, ApplyUpdateDispatchesDeviceMemory) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
-  const SgdConfig cfg{0.03f, 0.9f, 0.f, 1e-4f, true};
+  const OptimizerConfig cfg{
+      .lr = 0.03f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = true};
   SliceFixture f({DType::kBF16, 4, 1000, false, false}, cfg, rng);
   apply_update(f.device_update(), cfg, MemoryType::kCuda);
   f.expect_matches_cpu(cfg, "apply_update(kCuda)");
@@ -363,7 +390,7 @@ TEST(CudaFusedSgd, HostWeightsAreRejected) {
   u.num_grads = 1;
   u.count = w.size();
   try {
-    fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), SgdConfig{}, nullptr);
+    fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), OptimizerConfig{}, nullptr);
     FAIL() << "host weights were accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -372,7 +399,7 @@ TEST(CudaFusedSgd, HostWeightsAreRejected) {
   EXPECT_EQ(w, std::vector<float>(16, 1.f));
 }
 
-// --- the guard and clipping (SgdConfig::skip_nonfinite, max_grad_norm) ---
+// --- the guard and clipping (OptimizerConfig::skip_nonfinite, max_grad_norm) ---
 
 // Poisons element `at` of gradient `j` on the host copy and on the device with a NaN or an
 // infinity in the gradient's dtype.
@@ -396,7 +423,7 @@ void poison_gradient(SliceFixture& f, int j, std::size_t at, int kind) {
 
 // Runs one step over `fixtures` on the GPU and on the CPU (host copies); returns both results.
 std::pair<StepResult, StepResult> run_step_both(
-    std::vector<std::unique_ptr<SliceFixture>>& fixtures, const SgdConfig& cfg) {
+    std::vector<std::unique_ptr<SliceFixture>>& fixtures, const OptimizerConfig& cfg) {
   std::vector<SliceUpdate> device, host;
   for (auto& f : fixtures) {
     device.push_back(f->device_update());
@@ -407,7 +434,7 @@ std::pair<StepResult, StepResult> run_step_both(
   return {gpu, cpu};
 }
 
-SgdConfig guarded(SgdConfig cfg, bool skip, float max_grad_norm) {
+OptimizerConfig guarded(OptimizerConfig cfg, bool skip, float max_grad_norm) {
   cfg.skip_nonfinite = skip;
   cfg.max_grad_norm = max_grad_norm;
   return cfg;
@@ -418,7 +445,9 @@ SgdConfig guarded(SgdConfig cfg, bool skip, float max_grad_norm) {
 TEST(CudaFusedSgdGuard, NonFiniteGradientSkipsTheStep) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(101);
-  const SgdConfig cfg = guarded({0.03f, 0.9f, 0.f, 5e-4f, false}, true, 0.f);
+  const OptimizerConfig cfg = guarded(
+      {.lr = 0.03f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 5e-4f, .nesterov = false},
+      true, 0.f);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{100003}}) {
       for (std::size_t at : {std::size_t{0}, count / 2, count - 1}) {
@@ -453,11 +482,11 @@ TEST(CudaFusedSgdGuard, NonFiniteGradientSkipsTheStep) {
 TEST(CudaFusedSgdGuard, UnclippedStepsAreBitIdenticalToTheCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(202);
-  for (const SgdConfig& base : configs()) {
+  for (const OptimizerConfig& base : configs()) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (std::size_t count : {std::size_t{7}, std::size_t{1001}, std::size_t{1000003}}) {
         // Huge max_grad_norm: the pre-pass runs, the coef is far above 1.
-        const SgdConfig cfg = guarded(base, true, 1e30f);
+        const OptimizerConfig cfg = guarded(base, true, 1e30f);
         const Case c{dtype, 4, count, false, count == 1001};
         std::vector<std::unique_ptr<SliceFixture>> f;
         f.push_back(std::make_unique<SliceFixture>(c, cfg, rng));
@@ -479,7 +508,7 @@ TEST(CudaFusedSgdGuard, UnclippedStepsAreBitIdenticalToTheCpu) {
 TEST(CudaFusedSgdGuard, ClippedMultiSliceStepMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(303);
-  for (const SgdConfig& base : configs()) {
+  for (const OptimizerConfig& base : configs()) {
     const std::vector<Case> cases = {
         {DType::kF32, 3, 1, false, false},    {DType::kBF16, 9, 1000003, false, false},
         {DType::kF16, 1, 7, true, true},      {DType::kF32, 16, 0, false, false},
@@ -502,7 +531,7 @@ TEST(CudaFusedSgdGuard, ClippedMultiSliceStepMatchesTheCpu) {
                                           cases[k].first_step));
     }
     const double norm = fused_sgd_cpu_step(host, guarded(base, true, 0.f)).grad_norm;
-    const SgdConfig cfg = guarded(base, true, static_cast<float>(norm / 3));
+    const OptimizerConfig cfg = guarded(base, true, static_cast<float>(norm / 3));
     const auto [gpu, cpu] = run_step_both(f, cfg);
     ASSERT_TRUE(cpu.clipped);
     EXPECT_TRUE(gpu.clipped);
@@ -520,14 +549,15 @@ TEST(CudaFusedSgdGuard, ClippedMultiSliceStepMatchesTheCpu) {
 // Same inputs, same bits: the norm does not depend on scheduling (two runs, on two streams).
 TEST(CudaFusedSgdGuard, NormAndClippedUpdateAreDeterministic) {
   SKIP_WITHOUT_GPU();
-  const SgdConfig base{0.03f, 0.9f, 0.f, 5e-4f, false};
+  const OptimizerConfig base{
+      .lr = 0.03f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 5e-4f, .nesterov = false};
   std::vector<float> first_weights;
   double first_norm = 0;
   for (int run = 0; run < 2; ++run) {
     std::mt19937_64 rng(404);  // the same inputs both times
     const Case c{DType::kBF16, 5, 3000017, false, false};
     SliceFixture f(c, base, rng);
-    const SgdConfig cfg = guarded(base, false, 1.f);
+    const OptimizerConfig cfg = guarded(base, false, 1.f);
     cudaStream_t stream = nullptr;
     if (run == 1) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     const SliceUpdate u = f.device_update();
@@ -551,7 +581,9 @@ TEST(CudaFusedSgdGuard, NormAndClippedUpdateAreDeterministic) {
 TEST(CudaFusedSgdGuard, SkippedFirstStepLeavesMomentumUnwritten) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(505);
-  const SgdConfig cfg = guarded({0.03f, 0.9f, 0.5f, 0.f, false}, true, 0.f);
+  const OptimizerConfig cfg = guarded(
+      {.lr = 0.03f, .momentum = 0.9f, .dampening = 0.5f, .weight_decay = 0.f, .nesterov = false},
+      true, 0.f);
   const Case c{DType::kF32, 2, 1001, true, false};
   SliceFixture f(c, cfg, rng);
   const std::vector<float> poison(c.count, -777.f);
@@ -574,9 +606,10 @@ TEST(CudaFusedSgdValidation, RejectsUnusableSlicesBeforeAnyCudaCall) {
   const void* grads[] = {g, g};
   const void* grads_with_null[] = {g, nullptr};
   const SliceUpdate good{w, m, grads, 2, DType::kF32, 4, 0.5f, false};
-  const SgdConfig with_momentum{0.1f, 0.9f, 0.f, 0.f, false};
+  const OptimizerConfig with_momentum{
+      .lr = 0.1f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 0.f, .nesterov = false};
 
-  const auto expect_invalid = [&](SliceUpdate bad, const SgdConfig& cfg, const char* needle) {
+  const auto expect_invalid = [&](SliceUpdate bad, const OptimizerConfig& cfg, const char* needle) {
     // The bad slice comes second, after a usable one: the whole batch is refused.
     const SliceUpdate batch[] = {good, bad};
     try {
@@ -628,14 +661,14 @@ TEST(CudaFusedSgdValidation, BatchRejectsUnusableSlicesAndEmptyBatchesNeedNoGpu)
   const void* grads[] = {g};
   SliceUpdate bad{w, nullptr, grads, 0, DType::kF32, 4, 1.f, false};
   try {
-    const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&bad, 1), SgdConfig{});
+    const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&bad, 1), OptimizerConfig{});
     ADD_FAILURE() << "accepted num_grads 0";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
     EXPECT_NE(std::string(e.what()).find("num_grads is 0"), std::string::npos) << e.what();
   }
   const SliceUpdate empty{w, nullptr, grads, 1, DType::kF32, 0, 1.f, false};
-  const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&empty, 1), SgdConfig{});
+  const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&empty, 1), OptimizerConfig{});
   EXPECT_TRUE(batch.empty());
   EXPECT_EQ(batch.device(), -1);
   EXPECT_NO_THROW(batch.launch(nullptr));
@@ -650,7 +683,7 @@ TEST(CudaFusedSgdValidation, RejectsABadMaxGradNormBeforeAnyCudaCall) {
   const SliceUpdate u{w, nullptr, grads, 1, DType::kF32, 4, 1.f, false};
   for (float bad :
        {-1.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    SgdConfig cfg;
+    OptimizerConfig cfg;
     cfg.max_grad_norm = bad;
     try {
       fused_sgd_cuda(std::span<const SliceUpdate>(&u, 1), cfg, nullptr);
@@ -660,7 +693,7 @@ TEST(CudaFusedSgdValidation, RejectsABadMaxGradNormBeforeAnyCudaCall) {
       EXPECT_NE(std::string(e.what()).find("max_grad_norm"), std::string::npos) << e.what();
     }
   }
-  SgdConfig clip;
+  OptimizerConfig clip;
   clip.max_grad_norm = 1.f;
   try {
     const FusedSgdCudaBatch batch(std::span<const SliceUpdate>(&u, 1), clip);
@@ -674,13 +707,13 @@ TEST(CudaFusedSgdValidation, RejectsABadMaxGradNormBeforeAnyCudaCall) {
 
 // Nothing to do means no CUDA call at all, so this passes without a GPU too.
 TEST(CudaFusedSgdValidation, EmptyBatchesDoNotTouchTheGpu) {
-  EXPECT_NO_THROW(fused_sgd_cuda(std::span<const SliceUpdate>(), SgdConfig{}, nullptr));
+  EXPECT_NO_THROW(fused_sgd_cuda(std::span<const SliceUpdate>(), OptimizerConfig{}, nullptr));
   float w[1] = {1.f};
   const float g[1] = {1.f};
   const void* grads[] = {g};
   const SliceUpdate empty{w, nullptr, grads, 1, DType::kF32, 0, 1.f, false};
   const SliceUpdate batch[] = {empty, empty};
-  EXPECT_NO_THROW(fused_sgd_cuda(batch, SgdConfig{}, nullptr));
+  EXPECT_NO_THROW(fused_sgd_cuda(batch, OptimizerConfig{}, nullptr));
   EXPECT_EQ(w[0], 1.f);
 }
 

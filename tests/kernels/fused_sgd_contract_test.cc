@@ -63,7 +63,7 @@ TEST(FusedSgdExact, IntegerGradientsGiveClosedForm) {
             sum[i] += v;
           }
         }
-        SgdConfig cfg;
+        OptimizerConfig cfg;
         cfg.lr = 1.f;
         cfg.momentum = variant == 0 ? 0.f : 1.f;
         cfg.nesterov = variant == 2;
@@ -195,10 +195,11 @@ struct ErrorCase {
   float g0 = 1.f, g1 = 2.f;
   const void* grads[2] = {&g0, &g1};
   SliceUpdate u{w.data(), m.data(), grads, 2, DType::kF32, 1, 0.5f, true};
-  SgdConfig cfg{0.1f, 0.9f, 0.f, 0.f, false};
+  OptimizerConfig cfg{
+      .lr = 0.1f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 0.f, .nesterov = false};
 };
 
-void expect_invalid(const SliceUpdate& u, const SgdConfig& cfg, const std::string& needle,
+void expect_invalid(const SliceUpdate& u, const OptimizerConfig& cfg, const std::string& needle,
                     CpuIsa isa = CpuIsa::kScalar) {
   try {
     fused_sgd_cpu(u, cfg, isa);
@@ -285,7 +286,8 @@ TEST(ApplyUpdate, HostRunsTheCpuKernelAndCudaIsUnsupported) {
 TEST(FusedSgdBounds, WritesNothingOutsideTheSlice) {
   constexpr std::size_t kPad = 67;
   constexpr float kPoison = -1234.5f;
-  SgdConfig cfg{0.05f, 0.9f, 0.f, 0.01f, true};
+  OptimizerConfig cfg{
+      .lr = 0.05f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 0.01f, .nesterov = true};
   for (CpuIsa isa : available_isas()) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (std::size_t count = 1; count <= 4099; count = count < 80 ? count + 1 : count * 3 + 1) {

@@ -1,4 +1,4 @@
-// The step-level guard and clipping of the fused SGD update (SgdConfig::skip_nonfinite and
+// The step-level guard and clipping of the fused SGD update (OptimizerConfig::skip_nonfinite and
 // max_grad_norm, spec in kernels/fused_sgd.h): a skipped step writes nothing, finite steps are
 // untouched by the guard, clipping follows torch.nn.utils.clip_grad_norm_ on the mean gradient
 // with one norm over all the step's slices, and every ISA agrees bit for bit.
@@ -77,8 +77,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-SgdConfig momentum_config() {
-  SgdConfig cfg;
+OptimizerConfig momentum_config() {
+  OptimizerConfig cfg;
   cfg.lr = 0.05f;
   cfg.momentum = 0.9f;
   cfg.weight_decay = 0.01f;
@@ -89,7 +89,7 @@ SgdConfig momentum_config() {
 // the last (scalar-tail) element, in every dtype: the step is skipped and no bit of weights or
 // momentum changes.
 TEST(FusedSgdGuard, NonFiniteGradientSkipsTheStepAndWritesNothing) {
-  SgdConfig cfg = momentum_config();
+  OptimizerConfig cfg = momentum_config();
   cfg.skip_nonfinite = true;
   for (CpuIsa isa : available_isas()) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -126,7 +126,7 @@ TEST(FusedSgdGuard, NonFiniteGradientSkipsTheStepAndWritesNothing) {
 // Finite fp32 gradients whose fp32 sum overflows: the aggregated gradient is infinite, so the
 // step is skipped like any other non-finite one.
 TEST(FusedSgdGuard, OverflowingSumIsNonFiniteToo) {
-  SgdConfig cfg;
+  OptimizerConfig cfg;
   cfg.skip_nonfinite = true;
   for (CpuIsa isa : available_isas()) {
     SCOPED_TRACE(to_string(isa));
@@ -149,9 +149,9 @@ TEST(FusedSgdGuard, FiniteInputsMatchTheUnguardedUpdateBitForBit) {
       for (std::size_t count : {std::size_t{1}, std::size_t{33}, std::size_t{4099}}) {
         SCOPED_TRACE(isa_dtype(isa, dtype) + " count " + std::to_string(count));
         std::mt19937_64 rng(count + static_cast<int>(dtype));
-        SgdConfig off = momentum_config();
+        OptimizerConfig off = momentum_config();
         off.nesterov = true;
-        SgdConfig on = off;
+        OptimizerConfig on = off;
         on.skip_nonfinite = true;
         std::vector<float> w_off = random_weights(count, rng), w_on = w_off;
         std::vector<float> m_off(count), m_on(count);
@@ -182,7 +182,7 @@ struct ClippedReference {
   std::vector<double> w, buf;
   bool have_buf = false;
 
-  void step(const GradSet& g, double grad_scale, const SgdConfig& cfg) {
+  void step(const GradSet& g, double grad_scale, const OptimizerConfig& cfg) {
     double sum = 0;
     std::vector<double> d(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) {
@@ -212,7 +212,7 @@ TEST(FusedSgdClip, MatchesFloat64ClipGradNormThenSgd) {
       for (std::size_t count : {std::size_t{7}, std::size_t{1000}, std::size_t{4099}}) {
         SCOPED_TRACE(isa_dtype(isa, dtype) + " count " + std::to_string(count));
         std::mt19937_64 rng(count * 3 + static_cast<int>(dtype));
-        SgdConfig cfg = momentum_config();
+        OptimizerConfig cfg = momentum_config();
         std::vector<float> w = random_weights(count, rng), m(count);
         ClippedReference ref{{w.begin(), w.end()}, {}};
         for (int step = 0; step < 6; ++step) {
@@ -247,8 +247,8 @@ TEST(FusedSgdClip, NotTriggeredWhenTheNormIsWithinTheMaximum) {
       SCOPED_TRACE(std::string(to_string(isa)) + " max = norm * " + std::to_string(headroom));
       std::mt19937_64 rng(11);
       const GradSet g = make_grads(DType::kBF16, 2, 777, GradRange::kModerate, rng);
-      SgdConfig plain = momentum_config();
-      SgdConfig clip = plain;
+      OptimizerConfig plain = momentum_config();
+      OptimizerConfig clip = plain;
       clip.max_grad_norm = static_cast<float>(reference_norm({&g}, 0.5f) * headroom);
       std::vector<float> w_plain = random_weights(g.count, rng), w_clip = w_plain;
       std::vector<float> m_plain(g.count), m_clip(g.count);
@@ -275,7 +275,7 @@ TEST(FusedSgdClip, MultiSliceStepUsesOneGlobalNorm) {
     grads.push_back(make_grads(DType::kBF16, 2, 1000, GradRange::kModerate, rng));
     const double small_norm = reference_norm({&grads[1]}, 0.5f);
     const double global = reference_norm({&grads[0], &grads[1], &grads[2]}, 0.5f);
-    SgdConfig cfg;
+    OptimizerConfig cfg;
     cfg.lr = 0.25f;
     // Above the small slice's own norm, well below the global one.
     cfg.max_grad_norm = static_cast<float>(small_norm * 1.5);
@@ -308,7 +308,7 @@ TEST(FusedSgdClip, MultiSliceStepUsesOneGlobalNorm) {
 // A skipped first step leaves the momentum buffer unwritten (the caller keeps first_step for
 // the next step), and that next step initialises it as torch's first step does.
 TEST(FusedSgdGuard, SkippedFirstStepLeavesMomentumUninitialised) {
-  SgdConfig cfg = momentum_config();
+  OptimizerConfig cfg = momentum_config();
   cfg.dampening = 0.5f;  // the first step (buf = g) and a later one (buf = 0.9 m + 0.5 g) differ
   cfg.skip_nonfinite = true;
   const float poison = -777.f;
@@ -351,7 +351,7 @@ TEST(FusedSgdClip, IsasAgreeBitForBit) {
           grads.push_back(make_grads(dtype, n, c, GradRange::kWide, rng));
         for (const GradSet& g : grads)
           all.push_back(&g);
-        SgdConfig cfg = momentum_config();
+        OptimizerConfig cfg = momentum_config();
         cfg.nesterov = true;
         cfg.skip_nonfinite = true;
         cfg.max_grad_norm = static_cast<float>(reference_norm(all, 1.f) * 0.3);
@@ -391,7 +391,7 @@ TEST(FusedSgdGuard, BadMaxGradNormOrSliceIsRefusedBeforeAnyWrite) {
   const SliceUpdate good{w0, nullptr, grads, 1, DType::kF32, 4, 1.f, false};
   for (float bad :
        {-1.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    SgdConfig cfg;
+    OptimizerConfig cfg;
     cfg.max_grad_norm = bad;
     try {
       fused_sgd_cpu(good, cfg, CpuIsa::kScalar);
@@ -404,7 +404,7 @@ TEST(FusedSgdGuard, BadMaxGradNormOrSliceIsRefusedBeforeAnyWrite) {
   // The second slice of a step is unusable: the error names it and the first is not written.
   SliceUpdate broken{w1, nullptr, nullptr, 1, DType::kF32, 4, 1.f, false};
   const SliceUpdate step[] = {good, broken};
-  SgdConfig cfg;
+  OptimizerConfig cfg;
   cfg.max_grad_norm = 1.f;
   try {
     fused_sgd_cpu_step(step, cfg, CpuIsa::kScalar);
@@ -424,7 +424,7 @@ TEST(FusedSgdGuard, ApplyUpdateReturnsTheStepResult) {
   g[1] = 4.f;  // norm 5
   const void* grads[] = {g.data()};
   const SliceUpdate u{w.data(), nullptr, grads, 1, DType::kF32, 8, 1.f, false};
-  SgdConfig cfg;
+  OptimizerConfig cfg;
   cfg.lr = 1.f;
   cfg.max_grad_norm = 1.f;
   const StepResult r = apply_update(u, cfg, MemoryType::kHost);

@@ -24,8 +24,8 @@ std::string_view to_string(Momentum m) {
   return m == Momentum::kNone ? "NoMomentum" : m == Momentum::kPlain ? "Momentum" : "Nesterov";
 }
 
-SgdConfig make_config(Momentum mode, bool weight_decay, float dampening) {
-  SgdConfig cfg;
+OptimizerConfig make_config(Momentum mode, bool weight_decay, float dampening) {
+  OptimizerConfig cfg;
   cfg.lr = 0.05f;
   cfg.momentum = mode == Momentum::kNone ? 0.f : 0.9f;
   cfg.dampening = dampening;
@@ -39,7 +39,7 @@ struct ReferenceSgd {
   std::vector<double> w, buf;
   bool have_buf = false;
 
-  void step(const GradSet& grads, double grad_scale, const SgdConfig& cfg) {
+  void step(const GradSet& grads, double grad_scale, const OptimizerConfig& cfg) {
     const double lr = cfg.lr, mom = cfg.momentum, damp = cfg.dampening, wd = cfg.weight_decay;
     if (buf.empty()) buf.resize(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) {
@@ -77,7 +77,7 @@ class FusedSgdReference : public ::testing::TestWithParam<ReferenceParam> {};
 
 TEST_P(FusedSgdReference, MatchesFloat64TorchSgdOverTwelveSteps) {
   const auto [n, dtype, mode, weight_decay, dampening] = GetParam();
-  const SgdConfig cfg = make_config(mode, weight_decay, dampening);
+  const OptimizerConfig cfg = make_config(mode, weight_decay, dampening);
   constexpr int kSteps = 12;
   for (std::size_t count : {1, 7, 33, 1000, 4099}) {
     for (bool mean : {true, false}) {
@@ -136,7 +136,7 @@ class FusedSgdIsa : public ::testing::TestWithParam<IsaParam> {};
 TEST_P(FusedSgdIsa, BitIdenticalToScalar) {
   const auto [isa, dtype] = GetParam();
   if (!cpu_has_isa(isa)) GTEST_SKIP() << "this CPU lacks " << to_string(isa);
-  const std::vector<SgdConfig> configs = {
+  const std::vector<OptimizerConfig> configs = {
       make_config(Momentum::kNone, false, 0.f), make_config(Momentum::kPlain, true, 0.f),
       make_config(Momentum::kPlain, false, 0.1f), make_config(Momentum::kNesterov, true, 0.f)};
   for (int n : {1, 2, 3, 5, 8, 16, 31}) {

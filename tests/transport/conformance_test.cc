@@ -97,10 +97,10 @@ TEST_P(TransportConformance, PayloadsFromZeroTo64MiBArriveIntact) {
 TEST_P(TransportConformance, HeaderOnlyMessagesSkipPlacement) {
   start_pair();
   std::atomic<int> placed{0};
-  server_rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
     ++placed;
     return {};
-  };
+  });
   SendWaiter w;
   for (int i = 0; i < 100; ++i)
     conn->send(bytes_of("h" + std::to_string(i)), {}, w.callback());
@@ -162,10 +162,10 @@ TEST_P(TransportConformance, PayloadLandsInTheBufferTheReceiverChose) {
   start_pair();
   // One big slab; each message goes to the offset its header names.
   std::vector<std::byte> slab(8u << 20);
-  server_rx->placer = [&](Connection&, std::span<const std::byte> header, std::size_t size) {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte> header, std::size_t size) {
     std::size_t offset = std::stoul(string_of(header));
     return Placement{{slab.data() + offset, size}, offset};
-  };
+  });
   const std::vector<std::pair<std::size_t, std::size_t>> cases = {
       {0, 100}, {4096, 1 << 20}, {(2u << 20) + 17, 3u << 20}};
   std::vector<std::vector<std::byte>> payloads;
@@ -311,10 +311,10 @@ TEST_P(TransportConformance, KilledSenderIsReportedWithinTheBound) {
   rx->keep_payloads = false;
   std::atomic<int> placements{0};
   std::vector<std::byte> slab(64u << 20);
-  rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t size) {
+  rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t size) {
     ++placements;
     return Placement{{slab.data(), size}};
-  };
+  });
   Options options;
   options.peer_timeout = kPeerTimeout;
   auto t = make(rx, options);
@@ -486,13 +486,15 @@ TEST_P(TransportConformance, OversizedPayloadClosesThatConnection) {
 
 TEST_P(TransportConformance, ReceiverRefusalClosesThatConnectionWithItsReason) {
   start_pair();
-  server_rx->placer = [](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
+  server_rx->set_placer([](Connection&, std::span<const std::byte>, std::size_t) -> Placement {
     throw Error(ErrorCode::kInvalidArgument, "no slot for this key");
-  };
+  });
   std::vector<std::byte> p(100);
   ConstBuffer b{p.data(), p.size()};
-  conn->send(bytes_of("x"), {&b, 1}, [](const Status&) {});
+  SendWaiter sent;  // `p` must outlive the send (TSan saw UCX still packing it)
+  conn->send(bytes_of("x"), {&b, 1}, sent.callback());
   ASSERT_TRUE(server_rx->wait_closed(1, 10s));
+  ASSERT_TRUE(sent.wait(1, 10s));
   EXPECT_NE(server_rx->closed()[0].why.message().find("no slot for this key"), std::string::npos);
 }
 
@@ -593,6 +595,81 @@ TEST_P(TransportConformance, ShutdownIsBoundedAndCompletesEverything) {
   EXPECT_FALSE(after.statuses()[0].ok());
   client->shutdown();  // idempotent
   ASSERT_TRUE(server_rx->wait_closed(1, 10s));
+}
+
+// transport.h, "Threads": while the transport runs, a completion runs on the progress thread and
+// never inside the send() that caused it: not a send that fails at once on a closed connection,
+// not a send made from a callback (ps::Scheduler holds a plain mutex across sends whose
+// completions lock it). Once shut down, a send completes with an error on the caller before
+// send() returns.
+TEST_P(TransportConformance, CompletionsNeverRunInsideTheirSend) {
+  start_pair();
+  struct Seen {
+    bool inside_send;
+    bool on_progress_thread;
+    bool ok;
+    ErrorCode code;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Seen> seen;
+  static thread_local bool inside_send = false;
+  auto record = [&](const Status& st) {
+    std::lock_guard lock(mu);
+    seen.push_back({inside_send, client->on_progress_thread(), st.ok(), st.code()});
+    cv.notify_all();
+  };
+  auto send = [&](SendDone done) {
+    inside_send = true;
+    conn->send(bytes_of("m"), {}, std::move(done));
+    inside_send = false;
+  };
+  auto wait_seen = [&](std::size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 5s, [&] { return seen.size() >= n; });
+  };
+  // From this thread, then from inside a completion (a progress-thread callback).
+  send(record);
+  ASSERT_TRUE(wait_seen(1));
+  send([&](const Status& st) {
+    record(st);
+    send(record);
+  });
+  ASSERT_TRUE(wait_seen(3));
+  // Sends that fail at once: the connection is closed.
+  conn->close();
+  ASSERT_TRUE(client_rx->wait_closed(1, 5s));
+  send(record);
+  ASSERT_TRUE(wait_seen(4));
+  send([&](const Status& st) {
+    record(st);
+    send(record);
+  });
+  ASSERT_TRUE(wait_seen(6));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(seen.size(), 6u);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_FALSE(seen[i].inside_send) << "completion " << i << " ran inside its send()";
+      EXPECT_TRUE(seen[i].on_progress_thread) << "completion " << i << " off the progress thread";
+      EXPECT_EQ(seen[i].ok, i < 3) << "completion " << i;
+    }
+    for (std::size_t i = 3; i < seen.size(); ++i)
+      EXPECT_EQ(seen[i].code, ErrorCode::kConnectionClosed) << "completion " << i;
+  }
+  // Shut down: no progress thread is left, the completion runs here before send() returns.
+  client->shutdown();
+  bool ran = false;
+  Status late;
+  std::thread::id where;
+  conn->send(bytes_of("late"), {}, [&](const Status& st) {
+    ran = true;
+    late = st;
+    where = std::this_thread::get_id();
+  });
+  EXPECT_TRUE(ran) << "a send after shutdown() completes before send() returns";
+  EXPECT_EQ(where, std::this_thread::get_id());
+  EXPECT_FALSE(late.ok());
 }
 
 TEST_P(TransportConformance, IdleTransportDoesNotBurnACore) {

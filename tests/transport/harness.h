@@ -75,8 +75,13 @@ struct ClosedConnection {
 
 class RecordingReceiver : public Receiver {
  public:
+  using Placer = std::function<Placement(Connection&, std::span<const std::byte>, std::size_t)>;
   // Optional: choose the placement (default: a fresh buffer per message, kept by the receiver).
-  std::function<Placement(Connection&, std::span<const std::byte>, std::size_t)> placer;
+  // Thread-safe: the progress thread may be delivering meanwhile (a secure handshake's messages).
+  void set_placer(Placer p) {
+    std::lock_guard lock(mutex_);
+    placer_ = std::move(p);
+  }
   // Echo every message back on its connection (header and payload).
   bool echo = false;
   // Keep payload copies (off for big streams).
@@ -90,6 +95,11 @@ class RecordingReceiver : public Receiver {
 
   Placement place(Connection& conn, std::span<const std::byte> header,
                   std::size_t payload_size) override {
+    Placer placer;
+    {
+      std::lock_guard lock(mutex_);
+      placer = placer_;
+    }
     if (placer) return placer(conn, header, payload_size);
     auto buf = std::make_shared<std::vector<std::byte>>(payload_size);
     std::lock_guard lock(mutex_);
@@ -117,7 +127,7 @@ class RecordingReceiver : public Receiver {
                 [copy](const Status&) {});
     }
     std::lock_guard lock(mutex_);
-    if (!placer && p.dest.size > 0) buffers_[p.cookie].reset();
+    if (!placer_ && p.dest.size > 0) buffers_[p.cookie].reset();
     messages_.push_back(std::move(m));
     ++message_count_;
     cv_.notify_all();
@@ -162,6 +172,7 @@ class RecordingReceiver : public Receiver {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
+  Placer placer_;  // guarded by mutex_
   std::vector<std::shared_ptr<Connection>> connected_;
   std::vector<std::shared_ptr<std::vector<std::byte>>> buffers_;
   std::vector<ReceivedMessage> messages_;

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "harness.h"
+#include "transport/secure/connection.h"
+#include "transport/secure/context.h"
 #include "transport/secure/crypto.h"
 #include "transport/secure/handshake.h"
 #include "transport/socket.h"
@@ -365,10 +367,10 @@ Outcome run_through_relay(bool secure, Tamper tamper) {
   Outcome out;
   out.slots.assign(kSent + 2, std::vector<std::byte>(kPayloadBytes));
   std::atomic<int> next_slot{0};
-  server_rx->placer = [&](Connection&, std::span<const std::byte>, std::size_t size) {
+  server_rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t size) {
     auto& slot = out.slots.at(static_cast<std::size_t>(next_slot++));
     return Placement{{slot.data(), size}};
-  };
+  });
   auto server = create_transport("tcp", server_rx, o);
   Relay relay(server->listen("127.0.0.1:0"), tamper, (secure ? kHandshakeFrames : 0) + kTampered);
   auto client_rx = std::make_shared<RecordingReceiver>();
@@ -533,6 +535,70 @@ TEST(SecureHandshake, SilentPeerIsClosedAtTheDeadline) {
   EXPECT_TRUE(closed) << "a peer that never answers the HELLO is dropped";
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   EXPECT_TRUE(server_rx->connected().empty());
+}
+
+// The backend's progress thread can run a whole handshake and then the connection's close before
+// the thread in connect() claims it (seen under load: connect() then said "closed before its
+// secure handshake began" for a connection that had been established). Driven here by hand, in
+// that order, through the context's backend callbacks with a stand-in for the backend's
+// connection.
+class HandDrivenConnection : public Connection {
+ public:
+  void send(std::span<const std::byte> header, std::span<const ConstBuffer>,
+            SendDone done) override {
+    sent.emplace_back(header.begin(), header.end());
+    done(Status{});
+  }
+  void close() override { open = false; }
+  const std::string& peer() const override { return peer_; }
+  std::uint64_t id() const override { return 7; }
+  bool is_open() const override { return open; }
+
+  std::vector<std::vector<std::byte>> sent;
+  bool open = true;
+
+ private:
+  std::string peer_ = "127.0.0.1:1";
+};
+
+std::vector<std::byte> handshake_bytes(secure::HandshakeType type,
+                                       std::span<const std::byte, 32> body) {
+  secure::HandshakeMessage m;
+  m.type = type;
+  std::memcpy(m.body.data(), body.data(), body.size());
+  std::vector<std::byte> bytes(secure::kHandshakeBytes);
+  secure::encode_handshake(m, bytes.data());
+  return bytes;
+}
+
+TEST(SecureConnect, AConnectionClosedRightAfterItsHandshakeIsStillClaimed) {
+  const std::string secret = "the-real-job-secret-0001";
+  auto upper = std::make_shared<RecordingReceiver>();
+  auto ctx = std::make_shared<secure::SecureContext>(upper, secure_options(secret));
+  ctx->start();
+  ctx->begin_connect();
+  auto inner = std::make_shared<HandDrivenConnection>();
+  ctx->on_connected(inner);
+  ASSERT_EQ(inner->sent.size(), 1u);
+  secure::HandshakeMessage hello;
+  ASSERT_EQ(secure::decode_handshake(inner->sent[0], hello), "");
+  ASSERT_EQ(hello.type, secure::HandshakeType::kHello);
+  // The peer's HELLO and a CONFIRM that proves the secret: the connection is established.
+  const secure::Nonce theirs = secure::random_nonce();
+  ctx->on_message(*inner, handshake_bytes(secure::HandshakeType::kHello, theirs), Placement{});
+  const secure::SessionKeys peer = secure::derive_session(secret, theirs, hello.body);
+  ctx->on_message(*inner, handshake_bytes(secure::HandshakeType::kConfirm, peer.my_confirm),
+                  Placement{});
+  ASSERT_EQ(upper->connected().size(), 1u);
+  // Closed before connect() claims it.
+  ctx->on_closed(*inner, Status(ErrorCode::kConnectionClosed, "the peer closed"));
+  auto claimed = ctx->claim(inner->id());
+  ASSERT_TRUE(claimed) << "connect() must find the connection it made";
+  EXPECT_TRUE(claimed->wait_established(std::chrono::steady_clock::now()).ok())
+      << "it was established: connect() returns it and its receiver has seen it close";
+  EXPECT_TRUE(upper->wait_closed(1, 1s));
+  ctx->end_connect();
+  ctx->shutdown(/*release_upper=*/true);
 }
 
 }  // namespace

@@ -489,23 +489,21 @@ TEST(ProtocolRanks, RejectsRaggedListsAndUnassignedRanks) {
 
 // --- optimizer records ---
 
-kernels::SgdConfig sgd(float lr, float momentum, float dampening, float weight_decay,
+OptimizerConfig sgd(float lr, float momentum, float dampening, float weight_decay,
                        bool nesterov) {
-  kernels::SgdConfig c;
-  c.lr = lr;
-  c.momentum = momentum;
-  c.dampening = dampening;
-  c.weight_decay = weight_decay;
-  c.nesterov = nesterov;
-  return c;
+  return {.lr = lr,
+          .momentum = momentum,
+          .dampening = dampening,
+          .weight_decay = weight_decay,
+          .nesterov = nesterov};
 }
 
-Status optimizer_status(const kernels::SgdConfig& c) {
-  kernels::SgdConfig out;
+Status optimizer_status(const OptimizerConfig& c) {
+  OptimizerConfig out;
   return decode_optimizer(encode_optimizer(c), out);
 }
 
-kernels::SgdConfig guarded(kernels::SgdConfig c, float max_grad_norm, bool skip_nonfinite) {
+OptimizerConfig guarded(OptimizerConfig c, float max_grad_norm, bool skip_nonfinite) {
   c.max_grad_norm = max_grad_norm;
   c.skip_nonfinite = skip_nonfinite;
   return c;
@@ -519,8 +517,9 @@ TEST(ProtocolOptimizer, RoundTrip) {
         guarded(sgd(0.1f, 0.f, 0.f, 0.f, false), 1e-3f, false)}) {
     auto bytes = encode_optimizer(in);
     ASSERT_EQ(bytes.size(), kOptimizerRecordBytes);
-    kernels::SgdConfig out;
+    OptimizerConfig out;
     ASSERT_TRUE(decode_optimizer(bytes, out).ok());
+    EXPECT_TRUE(out == in);  // OptimizerConfig's defaulted operator==, every field
     EXPECT_EQ(std::bit_cast<std::uint32_t>(out.lr), std::bit_cast<std::uint32_t>(in.lr));
     EXPECT_EQ(out.momentum, in.momentum);
     EXPECT_EQ(out.dampening, in.dampening);
@@ -574,7 +573,7 @@ TEST(ProtocolOptimizer, RejectsNesterovWithoutMomentumOrWithDampening) {
 
 TEST(ProtocolOptimizer, RejectsUnknownFlagBitsAndSizes) {
   auto bytes = encode_optimizer(sgd(0.1f, 0.9f, 0.f, 0.f, false));
-  kernels::SgdConfig out;
+  OptimizerConfig out;
   out.lr = 123.f;
   for (std::uint32_t flags : {4u, 7u, 0x80000000u}) {
     wire::store<std::uint32_t>(&bytes[16], flags);

@@ -95,10 +95,13 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
   std::vector<std::unique_ptr<InputSet>> inputs;
   for (int s = 0; s < sets; ++s)
     inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
-  kernels::SgdConfig cfg{
-      .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
-  cfg.max_grad_norm = c.max_grad_norm;
-  cfg.skip_nonfinite = c.skip_nonfinite;
+  const OptimizerConfig cfg{.lr = 0.01f,
+                            .momentum = 0.9f,
+                            .dampening = 0.f,
+                            .weight_decay = 1e-4f,
+                            .nesterov = false,
+                            .max_grad_norm = c.max_grad_norm,
+                            .skip_nonfinite = c.skip_nonfinite};
   const kernels::CpuIsa isa = kernels::best_cpu_isa();
 
   auto update = [&](InputSet& in) {

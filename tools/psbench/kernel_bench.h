@@ -38,7 +38,7 @@ struct KernelBenchConfig {
   int iters = 100;                              // timed updates (the median is reported)
   int warmup = 5;
   int threads = 1;  // cpu: updates split over this many threads
-  // cpu: the optional NaN/Inf guard and gradient clipping (kernels::SgdConfig), so that their
+  // cpu: the optional NaN/Inf guard and gradient clipping (OptimizerConfig), so that their
   // pre-pass is timed too; with threads > 1 each thread's part is a step of its own.
   float max_grad_norm = 0.f;
   bool skip_nonfinite = false;

@@ -256,7 +256,7 @@ void run_case(const KernelBenchConfig& c, const DeviceInfo& dev, std::size_t par
     PSRT_CUDA_CHECK(cudaMemset(momentum_ptr(s), 0, params * sizeof(float)));
   }
 
-  const kernels::SgdConfig cfg{
+  const OptimizerConfig cfg{
       .lr = 0.01f, .momentum = 0.9f, .dampening = 0.f, .weight_decay = 1e-4f, .nesterov = false};
   std::vector<std::vector<const void*>> grads(sets);
   std::vector<kernels::SliceUpdate> updates(sets);

@@ -149,7 +149,11 @@ void train(const TrainOptions& o) {
   if (worker) {
     psrt::torch::Options opt;
     opt.set_sgd = true;
-    opt.sgd = {base_lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
+    opt.sgd = {.lr = base_lr,
+               .momentum = o.momentum,
+               .dampening = o.dampening,
+               .weight_decay = o.weight_decay,
+               .nesterov = o.nesterov};
     opt.grad_type = grad_type_of(o.grad_dtype);
     opt.push_credit_bytes = static_cast<std::size_t>(o.push_credit);
     dist = std::make_unique<psrt::torch::DistributedOptimizer>(*worker, *model, opt);

@@ -38,11 +38,6 @@ void SecureConnection::send_handshake(HandshakeType type, std::span<const std::b
   inner_->send(bytes, {}, [](const Status&) {});
 }
 
-bool SecureConnection::in_handshake() const {
-  std::lock_guard lock(state_mutex_);
-  return state_ == State::kHandshake;
-}
-
 void SecureConnection::refuse(SendDone done, Status status) {
   // The backend refuses a header over kMaxHeaderBytes before anything reaches the wire and
   // completes that send on its progress thread, where every completion must run.

@@ -38,8 +38,6 @@ class SecureConnection final : public Connection,
   Placement place_on_loop(std::span<const std::byte> header, std::size_t payload_size);
   void on_message_on_loop(std::span<const std::byte> header, const Placement& placement);
   void on_closed_on_loop(const Status& why);
-  // True while the handshake has not finished.
-  bool in_handshake() const;
 
   // connect(): waits for the handshake; returns why it failed, or OK.
   Status wait_established(std::chrono::steady_clock::time_point deadline);

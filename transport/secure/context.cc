@@ -122,8 +122,9 @@ void SecureContext::on_closed(Connection& conn, const Status& why) {
     }
     secure = std::move(it->second);
     connections_.erase(it);
-    // A connect() under way may be waiting for this one: let it find out why.
-    if (connecting_ > 0 && secure->in_handshake()) failed_[conn.id()] = secure;
+    // A connect() under way may not have claimed this one yet (the progress thread can finish
+    // the handshake and see the close first): keep it so that connect() finds out what happened.
+    if (connecting_ > 0) failed_[conn.id()] = secure;
   }
   secure->on_closed_on_loop(why);
 }

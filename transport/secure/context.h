@@ -75,7 +75,9 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   std::condition_variable cv_;
   std::unordered_map<std::uint64_t, std::shared_ptr<SecureConnection>> connections_;
   std::unordered_map<std::uint64_t, std::vector<std::vector<std::byte>>> early_;
-  // Handshakes that failed while a connect() was under way, for that connect() to report.
+  // Connections that closed while a connect() was under way (in the handshake, or right after
+  // it), for that connect() to claim: the backend's progress thread may run the whole handshake
+  // and the close before the connecting thread gets to claim().
   std::unordered_map<std::uint64_t, std::shared_ptr<SecureConnection>> failed_;
   int connecting_ = 0;
   std::multimap<std::chrono::steady_clock::time_point, std::weak_ptr<SecureConnection>> deadlines_;

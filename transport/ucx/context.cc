@@ -16,7 +16,7 @@
 namespace psrt::transport::ucx {
 
 UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
-    : options_(options), receiver_(std::move(receiver)), loop_("ucx", options.spin) {
+    : ContextBase("ucx", std::move(receiver), options) {
   ucp_config_t* config = nullptr;
   PSRT_UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
   ucp_params_t params{};
@@ -173,32 +173,19 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
   return UCS_OK;
 }
 
-std::string UcxContext::listen(const std::string& address) {
-  return listeners_.add(address, [this](int fd) { accept_on_loop(fd); });
-}
+void UcxContext::tune_accepted(int fd) { tune_stream(fd, options_.peer_timeout); }
 
-void UcxContext::accept_on_loop(int listen_fd) {
-  for (int i = 0; i < 64; ++i) {
-    std::string peer;
-    Fd fd = listeners_.accept_on_loop(listen_fd, peer, "ucx");
-    if (!fd) return;
-    try {
-      tune_stream(fd.get(), options_.peer_timeout);
-    } catch (const Error& e) {
-      PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", peer, e.what());
-      continue;
-    }
-    int raw = fd.get();
-    PendingHello& h = hellos_[raw];
-    h.fd = std::move(fd);
-    h.peer = peer;
-    h.need = kHelloFixedBytes;
-    h.timer = loop_.add_timer_on_loop(
-        EventLoop::Clock::now() + options_.accept_timeout,
-        [this, raw] { drop_hello_on_loop(raw, "no complete handshake in time"); });
-    loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
-                         [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
-  }
+void UcxContext::adopt_accepted_on_loop(Fd fd, std::string peer) {
+  int raw = fd.get();
+  PendingHello& h = hellos_[raw];
+  h.fd = std::move(fd);
+  h.peer = std::move(peer);
+  h.need = kHelloFixedBytes;
+  h.timer = loop_.add_timer_on_loop(
+      EventLoop::Clock::now() + options_.accept_timeout,
+      [this, raw] { drop_hello_on_loop(raw, "no complete handshake in time"); });
+  loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
+                       [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
 }
 
 void UcxContext::drop_hello_on_loop(int fd, const std::string& why) {
@@ -266,7 +253,7 @@ void UcxContext::read_hello_on_loop(int fd) {
 }
 
 std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
-  if (shut_down_) throw Error(ErrorCode::kCancelled, "ucx transport is shut down");
+  throw_if_shut_down();
   auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
   Fd fd = connect_tcp(address, options_.connect_timeout);
   tune_stream(fd.get(), options_.peer_timeout);
@@ -340,28 +327,19 @@ void UcxContext::unregister_memory(const void* base) {
   }
 }
 
-bool UcxContext::is_registered(const void* data, std::size_t size) const {
-  return registrations_.covers(data, size);
+void UcxContext::close_all_on_loop() {
+  for (auto& [fd, h] : hellos_) {
+    loop_.cancel_timer_on_loop(h.timer);
+    loop_.remove_fd_on_loop(fd);
+  }
+  hellos_.clear();
+  auto all = connections_;  // finish_close_on_loop erases from connections_
+  for (auto& [id, conn] : all) {
+    conn->close_on_loop(Status(ErrorCode::kCancelled, "transport shut down"), true);
+  }
 }
 
-void UcxContext::shutdown() {
-  std::lock_guard lock(shutdown_mutex_);
-  if (shut_down_.exchange(true)) return;
-  if (!loop_.in_loop()) {
-    loop_.run_sync([this] {
-      listeners_.close_all_on_loop();
-      for (auto& [fd, h] : hellos_) {
-        loop_.cancel_timer_on_loop(h.timer);
-        loop_.remove_fd_on_loop(fd);
-      }
-      hellos_.clear();
-      auto all = connections_;  // finish_close_on_loop erases from connections_
-      for (auto& [id, conn] : all) {
-        conn->close_on_loop(Status(ErrorCode::kCancelled, "transport shut down"), true);
-      }
-    });
-  }
-  loop_.stop();
+void UcxContext::after_loop_stopped() {
   // Bounded: let endpoint closes finish, then give up on the rest.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!close_requests_.empty() && std::chrono::steady_clock::now() < deadline) {
@@ -370,8 +348,6 @@ void UcxContext::shutdown() {
   }
   for (ucp_mem_h h : registrations_.clear())
     ucp_mem_unmap(context_, h);
-  // Breaks the cycle context -> receiver -> (connections it keeps) -> context.
-  receiver_.reset();
 }
 
 }  // namespace psrt::transport::ucx

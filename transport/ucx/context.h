@@ -50,9 +50,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "transport/event_loop.h"
-#include "transport/listeners.h"
-#include "transport/registration_cache.h"
+#include "transport/context_base.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
 #include "transport/ucx/hello.h"
@@ -61,7 +59,10 @@ namespace psrt::transport::ucx {
 
 class UcxConnection;
 
-class UcxContext : public std::enable_shared_from_this<UcxContext> {
+// The shared state and lifecycle of a backend (options, receiver, loop, listeners, registration
+// cache, shutdown sequence) are ContextBase's (transport/context_base.h).
+class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
+                   public std::enable_shared_from_this<UcxContext> {
  public:
   static constexpr unsigned kAmId = 0;
 
@@ -69,22 +70,14 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   ~UcxContext();
 
   void start();
-  std::string_view name() const { return "ucx"; }
-  std::string listen(const std::string& address);
   std::shared_ptr<Connection> connect(const std::string& address);
   bool supports(MemoryType type) const {
     return type == MemoryType::kHost || (type == MemoryType::kCuda && cuda_capable_);
   }
   void register_memory(MutableBuffer region);
   void unregister_memory(const void* base);
-  bool is_registered(const void* data, std::size_t size) const;
-  void shutdown();
-  bool on_progress_thread() const { return loop_.in_loop(); }
 
   // Used by UcxConnection.
-  EventLoop& loop() { return loop_; }
-  Receiver& receiver() { return *receiver_; }
-  const Options& options() const { return options_; }
   ucp_worker_h worker() const { return worker_; }
   ucp_mem_h find_memh(const void* data, std::size_t size) const;
   void forget_on_loop(const UcxConnection& conn);
@@ -95,6 +88,14 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   const std::string& boot_id() const { return boot_id_; }
 
  private:
+  friend class ContextBase<UcxContext, ucp_mem_h>;
+  // The steps of ContextBase. An accepted socket is the bootstrap of a connection: it becomes
+  // one once the peer's hello is read (read_hello_on_loop).
+  void tune_accepted(int fd);
+  void adopt_accepted_on_loop(Fd fd, std::string peer);
+  void close_all_on_loop();
+  void after_loop_stopped();
+
   struct PendingHello {
     Fd fd;
     std::string peer;
@@ -108,7 +109,6 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
                             std::size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t on_am_on_loop(const void* header, std::size_t header_length, void* data,
                              std::size_t length, const ucp_am_recv_param_t* param);
-  void accept_on_loop(int listen_fd);
   void read_hello_on_loop(int fd);
   void drop_hello_on_loop(int fd, const std::string& why);
   // Registers `conn` under its route key, redrawing its token first if the key is taken.
@@ -116,27 +116,19 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   std::vector<std::byte> worker_address() const;
   bool progress_close_requests();
 
-  const Options options_;
-  std::shared_ptr<Receiver> receiver_;
-  EventLoop loop_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   bool cuda_capable_ = false;
   std::string boot_id_;  // local_host_id(): boot id + network namespace (base/host.h)
   std::vector<std::byte> address_;
 
-  Listeners listeners_{loop_};
   std::unordered_map<int, PendingHello> hellos_;                                   // loop only
   // By route key (the first 8 bytes of the connection's route token). Loop only. An ordered map:
   // a hash map's bucket index of a random 64-bit key costs a 64-bit division per message.
   std::map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;
   std::vector<void*> close_requests_;                                              // loop only
   std::vector<std::shared_ptr<void>> retired_;  // loop only; freed after ucp_worker_destroy
-  std::atomic<std::uint64_t> next_id_{1};
   std::uint64_t forged_dropped_ = 0;  // loop only: messages with a known key, a wrong token
-  std::atomic<bool> shut_down_{false};
-  std::mutex shutdown_mutex_;
-  RegistrationCache<ucp_mem_h> registrations_;
 };
 
 }  // namespace psrt::transport::ucx

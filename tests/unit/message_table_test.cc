@@ -1,0 +1,111 @@
+// The message table (PSRT_PS_MESSAGES in ps/protocol.h) and what is derived from it, pinned to
+// the values the wire and the permission rules had before the table existed: a changed row shows
+// up here, not as a peer of another build refusing a message.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ps/permissions.h"
+#include "ps/protocol.h"
+
+namespace psrt::ps {
+namespace {
+
+using M = MsgType;
+
+TEST(MessageTable, WireValuesAndNamesAreFixed) {
+  const std::vector<std::pair<M, std::string_view>> expected = {
+      {M::kHello, "HELLO"},
+      {M::kChallenge, "CHALLENGE"},
+      {M::kAuth, "AUTH"},
+      {M::kWelcome, "WELCOME"},
+      {M::kError, "ERROR"},
+      {M::kRegister, "REGISTER"},
+      {M::kRegisterReply, "REGISTER_REPLY"},
+      {M::kUnregister, "UNREGISTER"},
+      {M::kUnregisterReply, "UNREGISTER_REPLY"},
+      {M::kLocate, "LOCATE"},
+      {M::kLocateReply, "LOCATE_REPLY"},
+      {M::kBarrier, "BARRIER"},
+      {M::kBarrierReply, "BARRIER_REPLY"},
+      {M::kHeartbeat, "HEARTBEAT"},
+      {M::kMembership, "MEMBERSHIP"},
+      {M::kMembershipAck, "MEMBERSHIP_ACK"},
+      {M::kShutdown, "SHUTDOWN"},
+      {M::kInit, "INIT"},
+      {M::kInitReply, "INIT_REPLY"},
+      {M::kSetOptimizer, "SET_OPTIMIZER"},
+      {M::kSetOptimizerReply, "SET_OPTIMIZER_REPLY"},
+      {M::kPush, "PUSH"},
+      {M::kPushAck, "PUSH_ACK"},
+      {M::kPull, "PULL"},
+      {M::kPushPull, "PUSH_PULL"},
+      {M::kPullReply, "PULL_REPLY"},
+      {M::kDeviceInfo, "DEVICE_INFO"},
+      {M::kDeviceInfoReply, "DEVICE_INFO_REPLY"},
+      {M::kPushIpc, "PUSH_IPC"},
+      {M::kPushPullIpc, "PUSH_PULL_IPC"},
+      {M::kPullIpc, "PULL_IPC"},
+      {M::kPullIpcReply, "PULL_IPC_REPLY"},
+  };
+  ASSERT_EQ(static_cast<int>(M::kLast), 32);
+  ASSERT_EQ(expected.size(), 32u);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(static_cast<int>(expected[i].first), static_cast<int>(i) + 1);
+    EXPECT_EQ(to_string(expected[i].first), expected[i].second);
+  }
+  EXPECT_EQ(to_string(static_cast<M>(0)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(33)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(255)), "?");
+}
+
+TEST(MessageTable, DataAndHandshakeMessages) {
+  std::set<M> data, handshake;
+  for (int t = 1; t <= static_cast<int>(M::kLast); ++t) {
+    if (carries_data(static_cast<M>(t))) data.insert(static_cast<M>(t));
+    if (is_handshake(static_cast<M>(t))) handshake.insert(static_cast<M>(t));
+  }
+  EXPECT_EQ(data, (std::set<M>{M::kInit, M::kPush, M::kPushPull, M::kPullReply}));
+  EXPECT_EQ(handshake, (std::set<M>{M::kHello, M::kChallenge, M::kAuth, M::kWelcome}));
+}
+
+// The whole may_send matrix, as ps/permissions.h documents it.
+TEST(MessageTable, PermissionsMatrix) {
+  const Role roles[] = {Role::kScheduler, Role::kServer, Role::kWorker};
+  auto allowed = [](Role receiver, Role sender) -> std::set<M> {
+    using R = Role;
+    if (receiver == R::kScheduler && sender == R::kServer)
+      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kError};
+    if (receiver == R::kScheduler && sender == R::kWorker)
+      return {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat, M::kError};
+    if (receiver == R::kServer && sender == R::kScheduler)
+      return {M::kRegisterReply, M::kMembership, M::kShutdown, M::kError};
+    if (receiver == R::kServer && sender == R::kWorker)
+      return {M::kInit,       M::kSetOptimizer, M::kPush,        M::kPull,    M::kPushPull,
+              M::kDeviceInfo, M::kPushIpc,      M::kPushPullIpc, M::kPullIpc, M::kError};
+    if (receiver == R::kWorker && sender == R::kScheduler)
+      return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply,
+              M::kBarrierReply,  M::kShutdown,        M::kError};
+    if (receiver == R::kWorker && sender == R::kServer)
+      return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
+              M::kDeviceInfoReply, M::kPullIpcReply,      M::kError};
+    return {};
+  };
+  for (Role receiver : roles)
+    for (Role sender : roles) {
+      const std::set<M> want = allowed(receiver, sender);
+      for (int t = 0; t <= 255; ++t) {
+        const auto type = static_cast<M>(t);
+        EXPECT_EQ(may_send(receiver, sender, type), want.count(type) == 1)
+            << to_string(sender) << " -> " << to_string(receiver) << " type " << t;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace psrt::ps

@@ -1,0 +1,376 @@
+// ps::Server and ps::Scheduler in one process, driven through their handlers by raw worker
+// endpoints over real TCP on 127.0.0.1 (no psrun, no child processes): sync rounds give exact
+// weights, SSP holds a fast worker within its bound, a worker that leaves changes the rounds, a
+// lost worker stops the job naming it, and bad messages are refused with the state unchanged.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../integration/raw_worker.h"
+#include "ps/protocol.h"
+#include "ps/requests.h"
+#include "ps/scheduler.h"
+#include "ps/server.h"
+#include "transport/factory.h"
+
+namespace psrt::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kSecret = "server-scheduler-unit-test-secret-0123456789";
+constexpr std::uint64_t kKey = 7;
+const std::vector<float> kInit = {1.f, 2.f, 3.f, 4.f};
+
+using Answer = std::pair<Status, Header>;
+
+// A server registered with the scheduler, as runtime/server_process.cc wires one.
+struct TestServer {
+  explicit TestServer(ServerConfig config) : server(std::move(config)) {}
+  ~TestServer() {
+    if (transport) transport->shutdown();
+    server.stop();
+  }
+
+  void start(const std::string& scheduler_address) {
+    server.on_control = [this](const Header& h, std::span<const std::byte> payload) {
+      std::lock_guard lock(mu);
+      if (h.type == MsgType::kShutdown) {
+        shutdown = std::string(reinterpret_cast<const char*>(payload.data()), payload.size());
+        cv.notify_all();
+      } else if (scheduler) {
+        requests.complete(*scheduler, h, payload);
+      }
+    };
+    endpoint = std::make_shared<Endpoint>(kSecret, Role::kServer, Limits{});
+    endpoint->set_handler(&server);
+    transport = transport::create_transport("tcp", endpoint);
+    server.set_transport(*transport);
+    address = transport->listen("127.0.0.1:0");
+    auto peer = endpoint->connect(*transport, scheduler_address, 0, Role::kScheduler, 0, 10s);
+    {
+      std::lock_guard lock(mu);
+      scheduler = peer;
+    }
+    Header reg;
+    reg.type = MsgType::kRegister;
+    reg.set_role(Role::kServer);
+    reg.set_rank(0);
+    requests.call(*peer, reg, encode_lines({&address, 1}), "REGISTER", 10s);
+  }
+
+  // The SHUTDOWN message the scheduler (or the server itself) sent, once one came.
+  std::optional<std::string> wait_shutdown(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, timeout, [&] { return shutdown.has_value(); });
+    return shutdown;
+  }
+
+  Server server;
+  Requests requests;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<Peer> scheduler;      // guarded by mu
+  std::optional<std::string> shutdown;  // guarded by mu
+  std::shared_ptr<Endpoint> endpoint;
+  std::unique_ptr<transport::Transport> transport;
+  std::string address;
+};
+
+// A worker's replies go to `requests`; a PULL_REPLY lands where its request said, anything else
+// with a payload (REGISTER_REPLY, ERROR) in a buffer of its own.
+class WorkerHandler : public Handler {
+ public:
+  transport::Placement place(Peer&, const Header& h, std::size_t size) override {
+    if (h.type == MsgType::kPullReply) return {requests.dest(h.request_id, size), 0};
+    auto buf = std::make_unique<std::vector<std::byte>>(size);
+    std::lock_guard lock(mu_);
+    const std::uint64_t cookie = next_++;
+    transport::Placement p{{buf->data(), size}, cookie};
+    buffers_[cookie] = std::move(buf);
+    return p;
+  }
+  void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
+                  const transport::Placement& p) override {
+    requests.complete(peer, h, payload);
+    std::lock_guard lock(mu_);
+    buffers_.erase(p.cookie);
+  }
+  void on_peer_closed(Peer& peer, const Status& why) override { requests.fail_peer(peer, why); }
+  Requests requests;
+
+ private:
+  std::mutex mu_;
+  std::uint64_t next_ = 1;
+  std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> buffers_;
+};
+
+// A worker made of a raw endpoint: registered with the scheduler, connected to the server.
+struct TestWorker {
+  ~TestWorker() { stop(); }
+  void stop() {
+    if (raw.transport) raw.transport->shutdown();
+  }
+
+  void connect(const std::string& scheduler_address) {
+    raw = test::connect_raw_worker("tcp", kSecret, handler, scheduler_address);
+  }
+  void register_worker() { rank = test::register_raw_worker(raw, handler.requests).header.assigned_rank(); }
+  void connect_server(const std::string& address) {
+    server = raw.endpoint->connect(*raw.transport, address, rank, Role::kServer, 0, 10s);
+  }
+
+  // Sends `h` (with `data` as its payload) to the server; a PULL_REPLY's weights land in `out`.
+  std::future<Answer> start(Header h, std::span<const float> data = {},
+                            std::vector<float>* out = nullptr) {
+    auto promise = std::make_shared<std::promise<Answer>>();
+    auto future = promise->get_future();
+    MutableBuffer dest;
+    if (out) dest = {out->data(), out->size() * sizeof(float)};
+    h.request_id = handler.requests.add(
+        *server, std::string(to_string(h.type)),
+        [promise](const Status& s, const Header& r, std::span<const std::byte>) {
+          promise->set_value({s, r});
+        },
+        dest);
+    ConstBuffer b{data.data(), data.size_bytes()};
+    const auto id = h.request_id;
+    server->send(h, data.empty() ? std::span<const ConstBuffer>{} : std::span(&b, 1),
+                 [this, id](const Status& s) {
+                   if (!s.ok()) handler.requests.fail(id, s);
+                 });
+    return future;
+  }
+  static Answer wait(std::future<Answer>& f) {
+    if (f.wait_for(10s) != std::future_status::ready)
+      return {Status(ErrorCode::kTimeout, "no answer within 10 s"), Header{}};
+    return f.get();
+  }
+
+  static Header slice_header(MsgType type, std::size_t count = kInit.size()) {
+    Header h;
+    h.type = type;
+    h.dtype = WireType::kF32;
+    h.key = kKey;
+    h.set_slice(0);
+    h.count = count;
+    h.total = count;
+    return h;
+  }
+  Answer init() {
+    Header h = slice_header(MsgType::kInit);
+    h.dtype = WireType::kF32;
+    auto f = start(h, kInit);
+    return wait(f);
+  }
+  Answer push(std::vector<float> grad, float lr = 0.f, std::size_t count = kInit.size(),
+              std::uint64_t key = kKey) {
+    Header h = slice_header(MsgType::kPush, count);
+    h.key = key;
+    h.dtype = WireType::kF32;
+    h.set_learning_rate(lr);
+    auto f = start(h, grad);
+    return wait(f);
+  }
+  // The slice's weights and version (the reply's round).
+  std::pair<std::vector<float>, std::uint64_t> pull() {
+    std::vector<float> out(kInit.size(), -99.f);
+    auto f = start(slice_header(MsgType::kPull), {}, &out);
+    auto [status, reply] = wait(f);
+    EXPECT_TRUE(status.ok()) << status.message();
+    return {out, reply.round};
+  }
+  Answer control(MsgType type) {
+    Header h;
+    h.type = type;
+    return wait_call(raw.scheduler, h);
+  }
+  Answer wait_call(const std::shared_ptr<Peer>& peer, Header h) {
+    auto promise = std::make_shared<std::promise<Answer>>();
+    auto future = promise->get_future();
+    h.request_id = handler.requests.add(
+        *peer, std::string(to_string(h.type)),
+        [promise](const Status& s, const Header& r, std::span<const std::byte>) {
+          promise->set_value({s, r});
+        });
+    peer->send(h);
+    return wait(future);
+  }
+
+  WorkerHandler handler;
+  test::RawWorker raw;
+  std::shared_ptr<Peer> server;
+  std::uint32_t rank = 0;
+};
+
+// A scheduler, one server and `workers` workers, rendezvous done and the key initialised.
+class ServerSchedulerTest : public ::testing::Test {
+ protected:
+  void start(int workers, Mode mode = Mode::kSync, std::uint64_t staleness = 0) {
+    SchedulerConfig sc;
+    sc.secret = kSecret;
+    sc.num_servers = 1;
+    sc.num_workers = static_cast<std::uint32_t>(workers);
+    scheduler = std::make_unique<Scheduler>(sc);
+    ServerConfig config;
+    config.mode = mode;
+    config.staleness = staleness;
+    config.sgd.lr = 0.5f;
+    server = std::make_unique<TestServer>(config);
+    server->start(scheduler->address());
+    for (int i = 0; i < workers; ++i) {
+      worker.push_back(std::make_unique<TestWorker>());
+      worker.back()->connect(scheduler->address());
+    }
+    // Each REGISTER is answered once all workers are in: register them side by side.
+    std::vector<std::future<void>> registered;
+    for (auto& w : worker)
+      registered.push_back(std::async(std::launch::async, [&w] { w->register_worker(); }));
+    for (auto& r : registered)
+      r.get();
+    std::sort(worker.begin(), worker.end(), [](auto& a, auto& b) { return a->rank < b->rank; });
+    for (auto& w : worker)
+      w->connect_server(server->address);
+    auto [status, reply] = worker[0]->init();
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_TRUE(reply.stored()) << "the first INIT stores the slice";
+  }
+
+  void TearDown() override {
+    worker.clear();
+    server.reset();
+    scheduler.reset();
+  }
+
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<TestServer> server;
+  std::vector<std::unique_ptr<TestWorker>> worker;
+};
+
+TEST_F(ServerSchedulerTest, SyncRoundAppliesTheMeanOfEveryWorkersGradient) {
+  start(2);
+  EXPECT_EQ(worker[0]->rank, 0u);
+  EXPECT_EQ(worker[1]->rank, 1u);
+  ASSERT_TRUE(worker[0]->push({1, 1, 1, 1}).first.ok());
+  // The round waits for worker 1, and worker 0's pull waits for the round (read-your-writes).
+  std::vector<float> out(kInit.size(), -99.f);
+  auto pull = worker[0]->start(TestWorker::slice_header(MsgType::kPull), {}, &out);
+  EXPECT_EQ(pull.wait_for(200ms), std::future_status::timeout) << "a round ran without worker 1";
+  ASSERT_TRUE(worker[1]->push({3, 3, 3, 3}).first.ok());
+  auto [status, reply] = TestWorker::wait(pull);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(reply.round, 1u);
+  EXPECT_EQ(out, (std::vector<float>{0, 1, 2, 3}));
+  // w - lr * mean(g) = w - 0.5 * 2: exact in float.
+  for (auto& w : worker) {
+    auto [weights, version] = w->pull();
+    EXPECT_EQ(weights, (std::vector<float>{0, 1, 2, 3}));
+    EXPECT_EQ(version, 1u);
+  }
+  // A second round with this round's learning rate from the PUSH (0.25).
+  ASSERT_TRUE(worker[0]->push({4, 0, 4, 0}, 0.25f).first.ok());
+  ASSERT_TRUE(worker[1]->push({0, 4, 0, 4}, 0.25f).first.ok());
+  auto [weights, version] = worker[1]->pull();
+  EXPECT_EQ(weights, (std::vector<float>{-0.5f, 0.5f, 1.5f, 2.5f}));
+  EXPECT_EQ(version, 2u);
+}
+
+TEST_F(ServerSchedulerTest, SspKeepsAFastWorkerWithinTheStalenessBound) {
+  start(2, Mode::kSsp, 1);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(worker[0]->push({1, 1, 1, 1}).first.ok());
+  // Worker 0's first two gradients run at once (clocks 0 and 1, within 1 of worker 1's 0); the
+  // third would put it 2 updates ahead of worker 1: it waits, and so does worker 0's pull of its
+  // own pushes.
+  std::vector<float> out(kInit.size(), -99.f);
+  auto pull = worker[0]->start(TestWorker::slice_header(MsgType::kPull), {}, &out);
+  EXPECT_EQ(pull.wait_for(300ms), std::future_status::timeout)
+      << "the pull returned while worker 0 was past the staleness bound";
+  // Worker 1 catches up one step: its gradient and worker 0's third are applied, each alone (no
+  // averaging across workers in SSP): w - 0.5 * (1 + 1 + 3 + 1) per element.
+  ASSERT_TRUE(worker[1]->push({3, 3, 3, 3}).first.ok());
+  auto [status, reply] = TestWorker::wait(pull);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(reply.round, 4u);
+  EXPECT_EQ(out, (std::vector<float>{-2, -1, 0, 1}));
+}
+
+TEST_F(ServerSchedulerTest, AWorkerThatLeavesNoLongerHoldsTheRounds) {
+  start(2);
+  auto [status, reply] = worker[1]->control(MsgType::kUnregister);
+  ASSERT_TRUE(status.ok()) << status.message();
+  // The server knows before the reply came (the scheduler waits for its MEMBERSHIP_ACK): worker
+  // 0 rounds alone now, and worker 1's connection is refused what it sends.
+  auto refused = worker[1]->push({3, 3, 3, 3});
+  EXPECT_EQ(refused.first.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.first.message().find("no longer a live member"), std::string::npos)
+      << refused.first.message();
+  ASSERT_TRUE(worker[0]->push({2, 2, 2, 2}).first.ok());
+  auto [weights, version] = worker[0]->pull();
+  EXPECT_EQ(weights, (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(scheduler->wait(0ms).code(), ErrorCode::kTimeout) << "the job goes on";
+}
+
+TEST_F(ServerSchedulerTest, ALostWorkerStopsTheJobNamingIt) {
+  start(2);
+  worker[1]->stop();  // its connections close without an UNREGISTER
+  const Status ended = scheduler->wait(10s);
+  EXPECT_EQ(ended.code(), ErrorCode::kPeerFailed) << ended.message();
+  EXPECT_NE(ended.message().find("worker 1"), std::string::npos) << ended.message();
+  EXPECT_NE(ended.message().find("lost"), std::string::npos) << ended.message();
+  auto shutdown = server->wait_shutdown(10s);
+  ASSERT_TRUE(shutdown.has_value()) << "the server got no SHUTDOWN";
+  EXPECT_EQ(*shutdown, ended.message());
+}
+
+TEST_F(ServerSchedulerTest, BadMessagesAreRefusedAndChangeNothing) {
+  start(1);
+  auto expect_refused = [&](const Answer& a, ErrorCode code, const std::string& text) {
+    EXPECT_EQ(a.first.code(), code) << a.first.message();
+    EXPECT_NE(a.first.message().find(text), std::string::npos) << a.first.message();
+  };
+  // Refused at placement: the server replies ERROR and closes the connection (the close may
+  // overtake the ERROR); the worker connects again each time.
+  auto expect_dropped = [&](const Answer& a, ErrorCode code, const std::string& text) {
+    EXPECT_FALSE(a.first.ok()) << "accepted: " << text;
+    if (a.first.code() != ErrorCode::kConnectionClosed) expect_refused(a, code, text);
+    worker[0]->connect_server(server->address);
+  };
+  expect_dropped(worker[0]->push({1, 1, 1}, 0.f, 3), ErrorCode::kInvalidArgument, "wrong length");
+  expect_dropped(worker[0]->push({1, 1, 1, 1}, 0.f, 4, kKey + 1), ErrorCode::kNotFound,
+                 "unknown key 8");
+  expect_dropped(worker[0]->push({1, 1, 1, 1}, -1.f), ErrorCode::kInvalidArgument,
+                 "learning rate -1");
+  // A second INIT of the same key as another shape.
+  Header init = TestWorker::slice_header(MsgType::kInit, 3);
+  init.dtype = WireType::kF32;
+  const std::vector<float> three = {9, 9, 9};
+  auto f = worker[0]->start(init, three);
+  expect_refused(TestWorker::wait(f), ErrorCode::kInvalidArgument, "but it exists as");
+  auto [weights, version] = worker[0]->pull();
+  EXPECT_EQ(weights, kInit) << "a refused message changed the weights";
+  EXPECT_EQ(version, 0u);
+  // The server still works: one good round.
+  ASSERT_TRUE(worker[0]->push({2, 2, 2, 2}).first.ok());
+  auto [after, v1] = worker[0]->pull();
+  EXPECT_EQ(after, (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(v1, 1u);
+  // The scheduler: a second REGISTER on one connection, it closes that connection, so last.
+  Header reg;
+  reg.type = MsgType::kRegister;
+  reg.set_role(Role::kWorker);
+  expect_refused(worker[0]->wait_call(worker[0]->raw.scheduler, reg), ErrorCode::kProtocol,
+                 "REGISTER twice");
+}
+
+}  // namespace
+}  // namespace psrt::ps
