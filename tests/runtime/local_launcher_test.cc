@@ -539,5 +539,31 @@ TEST_F(SignalForwardingTest, SecondSignalWhileStoppingKillsAtOnce) {
             "psrun: got SIGTERM again; killing every process\n");
 }
 
+// A relay process (the ssh backend's): its stdin gets stdin_data at start, then a keepalive line
+// every second while it runs.
+TEST_F(LocalLauncherTest, RelayProcessGetsItsStdinDataThenKeepalives) {
+  ProcessSpec relay =
+      sh("relay", "read first; echo \"first:$first\"; read k; echo \"keepalive:[$k]\"");
+  relay.stdin_data = "hello\n";
+  relay.relay = true;
+  job_.workers.push_back(relay);
+  EXPECT_EQ(run_job(), 0) << err();
+  EXPECT_EQ(count_of(out(), "[relay] first:hello\n"), 1) << out();
+  EXPECT_EQ(count_of(out(), "[relay] keepalive:[]\n"), 1) << out();
+}
+
+// A plain process keeps /dev/null as stdin; a relay without stdin data is refused up front.
+TEST_F(LocalLauncherTest, PlainProcessesReadNothingAndARelayNeedsStdinData) {
+  job_.workers.push_back(sh("plain", "if read x; then echo \"read:$x\"; else echo eof; fi"));
+  EXPECT_EQ(run_job(), 0) << err();
+  EXPECT_EQ(count_of(out(), "[plain] eof\n"), 1) << out();
+  JobSpec bad;
+  ProcessSpec relay = sh("relay", "true");
+  relay.relay = true;
+  bad.workers.push_back(relay);
+  LocalLauncher launcher(out_fd_, err_fd_);
+  EXPECT_THROW(launcher.run(bad), Error);
+}
+
 }  // namespace
 }  // namespace psrt::runtime

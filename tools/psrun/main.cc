@@ -1,17 +1,18 @@
 // psrun: launches a psrt job — the scheduler (inside psrun), S servers and N copies of COMMAND —
 // with the PSRT_* environment (psrun --help-env), prefixes their output, forwards SIGINT and
 // SIGTERM, and stops everything when one process fails.
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <iostream>
+#include <optional>
+#include <thread>
 
-#include <fmt/core.h>
-
+#include "base/interfaces.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "ps/auth.h"
@@ -19,7 +20,10 @@
 #include "ps/scheduler.h"
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
+#include "runtime/launch/remote_side.h"
+#include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
 
 namespace {
@@ -42,6 +46,8 @@ struct Args {
   std::string secret_file;
   bool secure = false;
   std::string launcher = "local";
+  std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
+  psrt::psrun::SshFlags ssh;
   int server_threads = 1;
   std::string server_device = "cpu";
   std::vector<std::string> command;
@@ -54,46 +60,60 @@ std::string self_exe() {
   return p.string();
 }
 
-int run(const Args& a) {
-  using namespace psrt;
-  ps::parse_mode(a.mode);  // validates
-  std::string secret;
-  if (!a.secret_file.empty()) {
-    secret = ps::read_secret_file(a.secret_file);
-  } else if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
-    secret = s;
-    ps::check_secret_length(secret, "PSRT_SECRET");
-  } else {
-    secret = ps::generate_secret();
+std::string job_secret(const Args& a) {
+  if (!a.secret_file.empty()) return psrt::ps::read_secret_file(a.secret_file);
+  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
+    psrt::ps::check_secret_length(s, "PSRT_SECRET");
+    return s;
   }
-  std::string transport = a.transport;
-  if (transport.empty()) transport = transport::available_backends().front();
+  return psrt::ps::generate_secret();
+}
 
-  ps::SchedulerConfig sc;
-  sc.transport = transport;
-  sc.listen = fmt::format("127.0.0.1:{}", a.port);
-  sc.secret = secret;
-  sc.secure = a.secure || runtime::env_bool("PSRT_SECURE");
-  sc.num_servers = static_cast<std::uint32_t>(a.servers);
-  sc.num_workers = static_cast<std::uint32_t>(a.workers);
-  sc.partition_bytes = a.partition_bytes;
-  sc.checkpoint_dir = a.checkpoint_dir;
-  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
-  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
-  sc.max_keys_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
-  sc.max_slices_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
-  sc.max_control_per_sec =
-      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
-  log::set_prefix("scheduler");
-  ps::Scheduler scheduler(sc);
+// Where servers and workers run with --launcher ssh (printed); nullopt for a local job.
+std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
+  using namespace psrt::psrun;
+  const bool ssh_flags = !a.ssh.hosts.empty() || !a.ssh.hostfile.empty() ||
+                         !a.ssh.server_hosts.empty() || !a.ssh.ssh_args.empty() || a.ssh.dry_run;
+  if (a.launcher != "ssh") {
+    if (ssh_flags)
+      throw psrt::Error(
+          psrt::ErrorCode::kInvalidArgument,
+          "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh");
+    return std::nullopt;
+  }
+  std::vector<std::string> server_hosts;
+  if (!a.ssh.server_hosts.empty())
+    for (const auto& h : parse_host_list(a.ssh.server_hosts))
+      server_hosts.push_back(h.host);
+  return place(hosts_from(a.ssh), server_hosts, a.servers, a.workers);
+}
 
-  std::vector<std::pair<std::string, std::string>> common = {
-      {"PSRT_SCHEDULER", scheduler.address()},
+// Where the scheduler listens: on the interface `spec` names (psrun --interface, PSRT_INTERFACE);
+// else for an ssh job on the interface whose route reaches the job's hosts (the first host that
+// is not this one's loopback), for a local job on loopback.
+psrt::InterfaceAddress scheduler_interface(const std::string& spec,
+                                           const std::optional<psrt::psrun::Placement>& placement) {
+  if (!spec.empty()) return psrt::choose_address(spec, "");
+  if (placement) {
+    std::vector<std::string> hosts = placement->servers;
+    hosts.insert(hosts.end(), placement->workers.begin(), placement->workers.end());
+    for (const auto& host : hosts) {
+      const psrt::InterfaceAddress a = psrt::route_to(host);
+      if (!psrt::is_loopback(a.address)) return a;
+    }
+  }
+  return psrt::route_to("127.0.0.1");
+}
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+Env common_env(const Args& a, const std::string& scheduler, const std::string& transport,
+               const std::string& secret, bool secure, const std::string& interface) {
+  Env common = {
+      {"PSRT_SCHEDULER", scheduler},
       {"PSRT_TRANSPORT", transport},
       {"PSRT_SECRET", secret},
-      {"PSRT_SECURE", sc.secure ? "1" : "0"},
+      {"PSRT_SECURE", secure ? "1" : "0"},
       {"PSRT_NUM_WORKERS", std::to_string(a.workers)},
       {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
       {"PSRT_MODE", a.mode},
@@ -112,39 +132,130 @@ int run(const Args& a) {
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
   };
+  if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
   // runs as many processes as it has cores: let them sleep between events then.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (!std::getenv("PSRT_SPIN_US") && static_cast<unsigned>(a.workers + a.servers) >= cores) {
     common.emplace_back("PSRT_SPIN_US", "0");
-    PSRT_LOG_INFO("{} workers + {} servers on {} cores: progress threads sleep between events "
-                  "(PSRT_SPIN_US=0; set it to override)",
-                  a.workers, a.servers, cores);
+    PSRT_LOG_INFO(
+        "{} workers + {} servers on {} cores: progress threads sleep between events "
+        "(PSRT_SPIN_US=0; set it to override)",
+        a.workers, a.servers, cores);
   }
-  runtime::JobSpec job;
+  return common;
+}
+
+psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
+                                 const std::optional<psrt::psrun::Placement>& placement) {
+  psrt::runtime::JobSpec job;
   const std::string exe = self_exe();
   for (int i = 0; i < a.servers; ++i) {
-    runtime::ProcessSpec p{fmt::format("server {}", i), {exe, "--internal-server"}, common};
+    psrt::runtime::ProcessSpec p;
+    p.label = fmt::format("server {}", i);
+    p.argv = {exe, "--internal-server"};
+    p.env = common;
     p.env.emplace_back("PSRT_ROLE", "server");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    if (placement) p.host = placement->servers[static_cast<std::size_t>(i)];
     job.services.push_back(std::move(p));
   }
   for (int i = 0; i < a.workers; ++i) {
-    runtime::ProcessSpec p{fmt::format("worker {}", i), a.command, common};
+    psrt::runtime::ProcessSpec p;
+    p.label = fmt::format("worker {}", i);
+    p.argv = a.command;
+    p.env = common;
     p.env.emplace_back("PSRT_ROLE", "worker");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    if (placement) p.host = placement->workers[static_cast<std::size_t>(i)];
     job.workers.push_back(std::move(p));
   }
+  return job;
+}
+
+psrt::runtime::SshOptions ssh_options(const Args& a) {
+  psrt::runtime::SshOptions o;
+  o.ssh_args = psrt::psrun::split_ssh_args(a.ssh.ssh_args);
+  o.remote_psrun = self_exe();
+  o.keepalive_timeout = psrt::runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  return o;
+}
+
+int run(const Args& a) {
+  using namespace psrt;
+  ps::parse_mode(a.mode);  // validates
+  const auto placement = placement_of(a);
+  const std::string secret = job_secret(a);
+  std::string transport = a.transport;
+  if (transport.empty()) transport = transport::available_backends().front();
+  const std::string interface =
+      a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
+  const InterfaceAddress where = scheduler_interface(interface, placement);
+  const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
+  if (placement)
+    PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
+                  psrun::describe_placement(*placement));
+  if (a.ssh.dry_run) {
+    const std::string scheduler = a.port != 0 ? join_host_port(where.address, a.port)
+                                              : join_host_port(where.address, 0) +
+                                                    " (port 0: the real one is chosen at start)";
+    auto job =
+        build_job(a, common_env(a, scheduler, transport, secret, secure, interface), placement);
+    std::cout << runtime::describe_ssh_job(job, ssh_options(a));
+    return 0;
+  }
+
+  ps::SchedulerConfig sc;
+  sc.transport = transport;
+  sc.listen = join_host_port(where.address, a.port);
+  sc.secret = secret;
+  sc.secure = secure;
+  sc.num_servers = static_cast<std::uint32_t>(a.servers);
+  sc.num_workers = static_cast<std::uint32_t>(a.workers);
+  sc.partition_bytes = a.partition_bytes;
+  sc.checkpoint_dir = a.checkpoint_dir;
+  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
+  sc.max_keys_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
+  sc.max_slices_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
+  sc.max_control_per_sec =
+      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
+  log::set_prefix("scheduler");
+  ps::Scheduler scheduler(sc);
+
+  runtime::JobSpec job = build_job(
+      a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
-                a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
-  auto backend = runtime::make_launch_backend(a.launcher);
+  // psrun stops the job (a process failed, a signal): every process hears why, unless the
+  // scheduler had stopped it first (then its verdict names the first process lost).
+  bool scheduler_first = false;
+  job.on_stopping = [&](const std::string& why) {
+    const Status before = scheduler.wait(std::chrono::milliseconds(0));
+    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
+    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
+  };
+  PSRT_LOG_INFO(
+      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+      "(interface {})",
+      a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
+      where.name.empty() ? "?" : where.name);
+  std::unique_ptr<runtime::LaunchBackend> backend;
+  if (placement)
+    backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
+  else
+    backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
     std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
     rc = 1;
+  } else if (rc != 0 && scheduler_first) {
+    // The scheduler's verdict names the process it lost first (and its host), which the first
+    // process to exit may not be.
+    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
   }
   return rc;
 }
@@ -152,6 +263,8 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--internal-remote") == 0)
+    return psrt::runtime::run_remote_side(argc - 2, argv + 2);
   if (argc >= 2 && std::strcmp(argv[1], "--internal-server") == 0) {
     try {
       return psrt::runtime::run_server_from_env();
@@ -163,23 +276,32 @@ int main(int argc, char** argv) {
   CLI::App app{"psrun: launch a psrt parameter-server job (scheduler, S servers, N workers)"};
   Args a;
   std::string backends;
-  for (const auto& b : psrt::transport::available_backends()) backends += " " + b;
+  for (const auto& b : psrt::transport::available_backends())
+    backends += " " + b;
   app.add_option("--transport", a.transport,
                  "ucx | tcp (default: the first built of:" + backends + ")")
       ->check(CLI::IsMember(psrt::transport::available_backends()));
   app.add_option("-n,--workers", a.workers, "workers (copies of COMMAND)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("-s,--servers", a.servers, "servers")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("-s,--servers", a.servers, "servers")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--mode", a.mode, "consistency: sync | async | ssp")
       ->check(CLI::IsMember({"sync", "async", "ssp"}))
       ->capture_default_str();
   app.add_option("--staleness", a.staleness, "ssp: rounds a worker may run ahead of the slowest")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  app.add_option("--lr", a.lr, "SGD learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--momentum", a.momentum, "SGD momentum")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--dampening", a.dampening, "SGD dampening")->check(CLI::Range(0.f, 1.f))->capture_default_str();
+  app.add_option("--lr", a.lr, "SGD learning rate")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", a.momentum, "SGD momentum")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--dampening", a.dampening, "SGD dampening")
+      ->check(CLI::Range(0.f, 1.f))
+      ->capture_default_str();
   app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -199,11 +321,16 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", a.partition_bytes, "max bytes of one slice of a tensor")
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
       ->capture_default_str();
-  app.add_option("--checkpoint-dir", a.checkpoint_dir, "servers checkpoint here; a job restarted "
-                                                       "with the same dir resumes");
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "servers checkpoint here; a job restarted "
+                 "with the same dir resumes");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
       ->capture_default_str();
-  app.add_option("--port", a.port, "scheduler port on 127.0.0.1 (0 = any free)")
+  app.add_option("--interface", a.interface,
+                 "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address the scheduler "
+                 "and the servers listen on and advertise (default PSRT_INTERFACE; else loopback "
+                 "for a local job, the route to the first remote host for --launcher ssh)");
+  app.add_option("--port", a.port, "scheduler port (0 = any free)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--secret-file", a.secret_file,
@@ -212,7 +339,12 @@ int main(int argc, char** argv) {
   app.add_flag("--secure", a.secure,
                "seal every message of the job (AES-256-GCM, keys per connection from the job "
                "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
-  app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
+  app.add_option("--launcher", a.launcher,
+                 "launch backend: local (every process on this host) | ssh (servers and workers "
+                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here)")
+      ->check(CLI::IsMember({"local", "ssh"}))
+      ->capture_default_str();
+  psrt::psrun::add_ssh_options(app, a.ssh);
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -231,7 +363,8 @@ int main(int argc, char** argv) {
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
   app.add_option("command", a.command,
                  "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
-                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")->expected(-1);
+                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")
+      ->expected(-1);
   app.prefix_command(false);
   app.positionals_at_end(true);
   CLI11_PARSE(app, argc, argv);
@@ -249,7 +382,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     a.command = {pstrain.string(), "--model",  "lenet", "--dataset",
-                 "fashion-mnist",   "--epochs", "1"};
+                 "fashion-mnist",  "--epochs", "1"};
     if (app.count("--workers") == 0) a.workers = 2;
     std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
               << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "

@@ -119,7 +119,7 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   bool cuda_capable_ = false;
-  std::string boot_id_;
+  std::string boot_id_;  // local_host_id(): boot id + network namespace (base/host.h)
   std::vector<std::byte> address_;
 
   std::unordered_map<int, PendingHello> hellos_;                                   // loop only
