@@ -16,6 +16,9 @@ struct ProcessSpec {
   std::string label;              // "scheduler", "server 0", "worker 3": prefixes output
   std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
   std::vector<std::pair<std::string, std::string>> env;  // set on top of psrun's environment
+  // false: its output lines pass through as they are, for a process that prefixes its own
+  // (mpirun or srun running `psrun --role-from-env`, whose lines say role, rank and host).
+  bool prefix_output = true;
 };
 
 struct JobSpec {

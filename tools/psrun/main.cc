@@ -20,6 +20,7 @@
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/server_process.h"
+#include "psrun/role_from_env.h"
 #include "transport/factory.h"
 
 namespace {
@@ -157,6 +158,15 @@ int main(int argc, char** argv) {
       return psrt::runtime::run_server_from_env();
     } catch (const psrt::Error& e) {
       std::cerr << "psrt server: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "--role-from-env") == 0) {
+    int first = (argc >= 3 && std::strcmp(argv[2], "--") == 0) ? 3 : 2;
+    try {
+      return psrt::tools::run_role_from_env({argv + first, argv + argc}, self_exe());
+    } catch (const psrt::Error& e) {
+      std::cerr << "psrt: " << e.what() << "\n";
       return 1;
     }
   }
