@@ -20,6 +20,7 @@
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/server_process.h"
+#include "psrun/launch_options.h"
 #include "psrun/role_from_env.h"
 #include "transport/factory.h"
 
@@ -42,7 +43,7 @@ struct Args {
   int port = 0;
   std::string secret_file;
   bool secure = false;
-  std::string launcher = "local";
+  psrt::tools::LaunchFlags launch;
   int server_threads = 1;
   std::string server_device = "cpu";
   std::vector<std::string> command;
@@ -140,7 +141,7 @@ int run(const Args& a) {
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
                 a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
-  auto backend = runtime::make_launch_backend(a.launcher);
+  auto backend = tools::make_backend(a.launch);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
   app.add_flag("--secure", a.secure,
                "seal every message of the job (AES-256-GCM, keys per connection from the job "
                "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
-  app.add_option("--launcher", a.launcher, "launch backend")->check(CLI::IsMember({"local"}))->capture_default_str();
+  psrt::tools::add_launch_flags(app, a.launch);
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

@@ -110,6 +110,7 @@ void wait_for_scheduler(const std::string& address) {
 }  // namespace
 
 int run_role_from_env(const std::vector<std::string>& command, const std::string& self_exe) {
+  const bool scheduler_given = std::getenv("PSRT_SCHEDULER") != nullptr;  // e.g. psrun's
   std::optional<runtime::EngineJob> job = runtime::adopt_engine_env();
   if (!job && !std::getenv("PSRT_ROLE"))
     throw Error(ErrorCode::kInvalidArgument,
@@ -131,8 +132,10 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
                   job->global_rank, job->world_size, role, rank, job->local_rank, job->local_size,
                   job->scheduler);
   std::unique_ptr<ps::Scheduler> scheduler;
-  if (job && job->hosts_scheduler) scheduler = host_scheduler(job->scheduler);
-  else if (job) wait_for_scheduler(job->scheduler);
+  if (job && job->hosts_scheduler)
+    scheduler = host_scheduler(job->scheduler);
+  else if (job && !scheduler_given)
+    wait_for_scheduler(job->scheduler);
 
   runtime::JobSpec spec;
   runtime::ProcessSpec p;
