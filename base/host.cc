@@ -1,5 +1,8 @@
 #include "base/host.h"
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <fstream>
 
 namespace psrt {
@@ -9,6 +12,17 @@ std::string local_boot_id() {
   std::string id;
   std::getline(f, id);
   return id;
+}
+
+std::string local_host_id() {
+  std::string id;
+  for (char c : local_boot_id())
+    if (c != '-') id += c;
+  struct stat st {};
+  if (id.empty() || ::stat("/proc/self/ns/net", &st) != 0) return {};
+  char ns[9];
+  std::snprintf(ns, sizeof ns, "%08x", static_cast<unsigned>(st.st_ino));
+  return id + ns;
 }
 
 }  // namespace psrt

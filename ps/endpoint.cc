@@ -1,5 +1,8 @@
 #include "ps/endpoint.h"
 
+#include "base/interfaces.h"
+#include "transport/socket.h"
+
 #include <future>
 
 #include <fmt/core.h>
@@ -226,7 +229,15 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
     conn = t.connect(address);
   } catch (const Error& e) {
     dialled();
-    throw Error(e.code(), fmt::format("cannot reach {}: {}", what, e.what()));
+    // Name the interface this host tried from: a wrong one (a route to nowhere, a firewall)
+    // is the usual cause across hosts.
+    std::string from;
+    try {
+      from = describe_route(transport::parse_address(address).host);
+    } catch (const Error&) {
+    }
+    throw Error(e.code(), fmt::format("cannot reach {} at {} (from {}): {}", what, address,
+                                      from.empty() ? "?" : from, e.what()));
   }
   dialled();
   auto peer = find_or_add(conn);

@@ -36,7 +36,13 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SECURE", "0", "all",
        "1 = secure mode (psrun --secure): every message sealed with AES-256-GCM under "
        "per-connection keys from PSRT_SECRET"},
-      {"PSRT_HOST", "127.0.0.1", "server", "address servers listen on"},
+      {"PSRT_HOST", "", "server",
+       "address a server listens on and advertises (default: by PSRT_INTERFACE, else the "
+       "address of the interface whose route reaches the scheduler)"},
+      {"PSRT_INTERFACE", "", "server, psrun",
+       "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address servers and psrun's "
+       "scheduler listen on and advertise; default: the one that routes to the scheduler "
+       "(psrun --interface)"},
       {"PSRT_MODE", "sync", "server", "sync | async | ssp"},
       {"PSRT_STALENESS", "0", "server", "ssp: max rounds a worker may run ahead of the slowest"},
       {"PSRT_AGGREGATE", "mean", "server", "mean | sum of the gradients of a round"},

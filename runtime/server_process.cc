@@ -14,6 +14,8 @@
 #include "ps/requests.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
+#include "runtime/listen_address.h"
+#include "transport/socket.h"
 #include "transport/factory.h"
 
 namespace psrt::runtime {
@@ -122,7 +124,8 @@ int run_server_from_env() {
   if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
   server.set_transport(*transport);
-  const auto address = transport->listen(env_string("PSRT_HOST") + ":0");
+  const auto address =
+      transport->listen(transport::join_address(listen_host_from_env(scheduler_addr), 0));
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,
                                 topts.connect_timeout);
   ps::Header reg;

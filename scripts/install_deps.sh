@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   python3-matplotlib
+  iproute2 openssh-server openssh-client
 )
 
 missing=()

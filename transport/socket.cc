@@ -17,17 +17,34 @@
 namespace psrt::transport {
 namespace {
 
-sockaddr_in resolve(const HostPort& hp) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(hp.port));
+// An IPv4 or IPv6 socket address of `hp` (names resolve, IPv4 first); an empty host (or "*",
+// "0.0.0.0") is every IPv4 interface, "::" every IPv6 one.
+struct SockAddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family() const { return ss.ss_family; }
+  sockaddr* get() { return reinterpret_cast<sockaddr*>(&ss); }
+};
+
+SockAddr resolve(const HostPort& hp) {
+  SockAddr out;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&out.ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.ss);
+  const auto port = htons(static_cast<std::uint16_t>(hp.port));
   if (hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "*") {
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    return sa;
+    v4->sin_family = AF_INET, v4->sin_port = port, v4->sin_addr.s_addr = htonl(INADDR_ANY);
+    out.len = sizeof(sockaddr_in);
+    return out;
   }
-  if (::inet_pton(AF_INET, hp.host.c_str(), &sa.sin_addr) == 1) return sa;
+  if (::inet_pton(AF_INET, hp.host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET, v4->sin_port = port, out.len = sizeof(sockaddr_in);
+    return out;
+  }
+  if (::inet_pton(AF_INET6, hp.host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6, v6->sin6_port = port, out.len = sizeof(sockaddr_in6);
+    return out;
+  }
   addrinfo hints{};
-  hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(hp.host.c_str(), nullptr, &hints, &res);
@@ -35,9 +52,18 @@ sockaddr_in resolve(const HostPort& hp) {
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot resolve host '" + hp.host + "': " + ::gai_strerror(rc));
   }
-  sa.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  const addrinfo* pick = res;
+  for (const addrinfo* r = res; r != nullptr; r = r->ai_next)
+    if (r->ai_family == AF_INET) {
+      pick = r;
+      break;
+    }
+  std::memcpy(&out.ss, pick->ai_addr, pick->ai_addrlen);
+  out.len = pick->ai_addrlen;
   ::freeaddrinfo(res);
-  return sa;
+  if (out.family() == AF_INET) v4->sin_port = port;
+  else v6->sin6_port = port;
+  return out;
 }
 
 void set_nonblocking(int fd) {
@@ -72,6 +98,8 @@ HostPort parse_address(const std::string& address) {
   if (colon == std::string::npos) throw bad("no ':'");
   HostPort hp;
   hp.host = address.substr(0, colon);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']')
+    hp.host = hp.host.substr(1, hp.host.size() - 2);  // "[fd00::1]:9000"
   const char* first = address.data() + colon + 1;
   const char* last = address.data() + address.size();
   auto [ptr, ec] = std::from_chars(first, last, hp.port);
@@ -80,27 +108,41 @@ HostPort parse_address(const std::string& address) {
   return hp;
 }
 
-std::string peer_name(const sockaddr_in& addr) {
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
-  return std::string(buf) + ":" + std::to_string(ntohs(addr.sin_port));
+std::string join_address(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+std::string peer_name(const sockaddr_storage& addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(addr);
+    ::inet_ntop(AF_INET6, &a.sin6_addr, buf, sizeof buf);
+    return join_address(buf, ntohs(a.sin6_port));
+  }
+  const auto& a = reinterpret_cast<const sockaddr_in&>(addr);
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return join_address(buf, ntohs(a.sin_port));
 }
 
 Fd listen_tcp(const std::string& address, std::string& bound) {
   HostPort hp = parse_address(address);
-  sockaddr_in sa = resolve(hp);
-  Fd fd(PSRT_SYS_CHECK(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
+  SockAddr sa = resolve(hp);
+  Fd fd(PSRT_SYS_CHECK(::socket(sa.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   set_int_option(fd.get(), SOL_SOCKET, SO_REUSEADDR, 1);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+  if (::bind(fd.get(), sa.get(), sa.len) != 0) {
     throw Error(ErrorCode::kSystem,
                 "cannot listen on " + address + ": bind: " + errno_string(errno));
   }
   PSRT_SYS_CHECK(::listen(fd.get(), 1024));
-  sockaddr_in actual{};
+  sockaddr_storage actual{};
   socklen_t len = sizeof actual;
   PSRT_SYS_CHECK(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&actual), &len));
   std::string host = hp.host.empty() || hp.host == "*" ? "0.0.0.0" : hp.host;
-  bound = host + ":" + std::to_string(ntohs(actual.sin_port));
+  const auto port = actual.ss_family == AF_INET6
+                        ? reinterpret_cast<const sockaddr_in6&>(actual).sin6_port
+                        : reinterpret_cast<const sockaddr_in&>(actual).sin_port;
+  bound = join_address(host, ntohs(port));
   return fd;
 }
 
@@ -109,9 +151,9 @@ Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout) {
   if (hp.port == 0) {
     throw Error(ErrorCode::kInvalidArgument, "cannot connect to '" + address + "': port 0");
   }
-  sockaddr_in sa = resolve(hp);
-  Fd fd(PSRT_SYS_CHECK(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
-  int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  SockAddr sa = resolve(hp);
+  Fd fd(PSRT_SYS_CHECK(::socket(sa.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
+  int rc = ::connect(fd.get(), sa.get(), sa.len);
   if (rc != 0 && errno != EINPROGRESS) {
     throw Error(ErrorCode::kConnectionClosed,
                 "cannot connect to " + address + ": " + errno_string(errno));
@@ -139,7 +181,7 @@ Fd connect_tcp(const std::string& address, std::chrono::milliseconds timeout) {
 }
 
 Fd accept_tcp(int listen_fd, std::string& peer, int* error) {
-  sockaddr_in sa{};
+  sockaddr_storage sa{};
   socklen_t len = sizeof sa;
   int fd =
       ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);

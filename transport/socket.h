@@ -1,7 +1,7 @@
 // TCP socket plumbing shared by the tcp backend and the UCX backend's bootstrap channel.
 #pragma once
 
-#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <string>
@@ -13,7 +13,8 @@ struct HostPort {
   int port = 0;
 };
 
-// Parses "host:port" (host may be a name, an IPv4 address, or empty for all interfaces).
+// Parses "host:port" (host may be a name, an IPv4 address, an IPv6 address in brackets as in
+// "[fd00::1]:9000" (returned without them), or empty for all interfaces).
 // Throws psrt::Error(kInvalidArgument) that quotes the string and says the expected form.
 HostPort parse_address(const std::string& address);
 
@@ -69,6 +70,8 @@ void write_all(int fd, const void* data, std::size_t size,
                std::chrono::steady_clock::time_point deadline);
 void read_all(int fd, void* data, std::size_t size, std::chrono::steady_clock::time_point deadline);
 
-std::string peer_name(const sockaddr_in& addr);
+// "10.0.0.3:41234", "[fd00::3]:41234".
+std::string peer_name(const sockaddr_storage& addr);
+std::string join_address(const std::string& host, int port);
 
 }  // namespace psrt::transport

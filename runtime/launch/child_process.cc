@@ -124,6 +124,11 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
 
   UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_fd.valid() || !move_above_stdio(null_fd)) return system_error("open /dev/null");
+  UniqueFd in_read, in_write;
+  if (!spec.stdin_data.empty()) {
+    if (!make_pipe(in_read, in_write)) return system_error("pipe");
+    null_fd = std::move(in_read);  // the child's stdin
+  }
   UniqueFd out_read, out_write, err_read, err_write, status_read, status_write;
   if (!make_pipe(out_read, out_write) || !make_pipe(err_read, err_write) ||
       !make_pipe(status_read, status_write)) {
@@ -187,7 +192,23 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
     const int flags = ::fcntl(fd->get(), F_GETFL);
     ::fcntl(fd->get(), F_SETFL, flags | O_NONBLOCK);
   }
+  null_fd.reset();
+  if (in_write.valid()) {
+    // Fits the empty pipe (64 KiB) whole: the write cannot block.
+    const char* p = spec.stdin_data.data();
+    std::size_t left = spec.stdin_data.size();
+    while (left > 0) {
+      const ssize_t w = ::write(in_write.get(), p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;  // the child already exited: its exit is reported as usual
+      p += w;
+      left -= static_cast<std::size_t>(w);
+    }
+    const int flags = ::fcntl(in_write.get(), F_GETFL);
+    ::fcntl(in_write.get(), F_SETFL, flags | O_NONBLOCK);
+  }
   outcome.child.pid = pid;
+  outcome.child.stdin_write = std::move(in_write);
   outcome.child.stdout_read = std::move(out_read);
   outcome.child.stderr_read = std::move(err_read);
   return outcome;

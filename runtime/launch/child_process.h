@@ -17,6 +17,7 @@ struct SpawnedChild {
   pid_t pid = -1;        // also the id of the child's process group
   UniqueFd stdout_read;  // read ends of the child's stdout/stderr: non-blocking, close-on-exec
   UniqueFd stderr_read;
+  UniqueFd stdin_write;  // with spec.stdin_data: the write end of its stdin (non-blocking)
 };
 
 struct SpawnOutcome {
@@ -27,6 +28,9 @@ struct SpawnOutcome {
 };
 
 // Starts `spec` and returns once the child has exec'd its command or failed to (bounded: the
+// child does nothing that blocks before exec). With spec.stdin_data, its stdin is a pipe that
+// gets those bytes (whole: they must fit the pipe, 64 KiB) and stays open in stdin_write.
+// Otherwise (the rest as before, bounded: the
 // child does nothing that blocks before exec). The child gets psrun's environment with
 // `spec.env` set on top, argv[0] looked up in PATH when it has no '/', a new process group whose
 // id is its pid, the signal mask `child_mask`, and SIG_DFL for every signal in `reset_to_default`

@@ -29,6 +29,10 @@ constexpr milliseconds kPollBackstop{200};
 // After SIGKILL, how long to wait for the kernel to end a process before giving up on it (only a
 // process stuck in uninterruptible sleep takes this long).
 constexpr milliseconds kKillWait{5'000};
+// How often a relay process (ProcessSpec::relay) gets a keepalive line on its stdin.
+constexpr milliseconds kKeepalive{1'000};
+// The most stdin_data a spec may carry: it is written whole into an empty pipe.
+constexpr std::size_t kMaxStdinData = 60'000;
 
 using detail::ExitStatus;
 using detail::LineRelay;
@@ -41,6 +45,8 @@ struct Child {
   LineRelay err;
   std::optional<ExitStatus> exit;  // set once seen; the child stays a zombie until finish()
   bool reaped = false;
+  detail::UniqueFd stdin_write;  // spec->stdin_data: psrun's end of its stdin
+  Clock::time_point next_keepalive{};
 
   std::string who() const { return spec->label + " (pid " + std::to_string(pid) + ")"; }
 };
@@ -50,6 +56,10 @@ void validate(const JobSpec& job) {
     for (const ProcessSpec& spec : *group) {
       if (spec.argv.empty() || spec.argv.front().empty()) {
         throw Error(ErrorCode::kInvalidArgument, spec.label + ": empty command");
+      }
+      if (spec.stdin_data.size() > kMaxStdinData || (spec.relay && spec.stdin_data.empty())) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    spec.label + ": stdin_data must be 1 to 60000 bytes for a relay process");
       }
       for (const auto& [name, value] : spec.env) {
         if (name.empty() || name.find('=') != std::string::npos) {
@@ -96,6 +106,7 @@ class JobRun {
       wait_for_events();
       observe_exits();
       handle_signals();
+      send_keepalives();
     }
     finish();
     return result_;
@@ -126,7 +137,8 @@ class JobRun {
         detail::SpawnedChild& c = spawned.child;
         children_.push_back(
             Child{&spec, workers, c.pid, LineRelay(std::move(c.stdout_read), prefix(spec), out_fd_),
-                  LineRelay(std::move(c.stderr_read), prefix(spec), err_fd_), std::nullopt});
+                  LineRelay(std::move(c.stderr_read), prefix(spec), err_fd_), std::nullopt, false,
+                  std::move(c.stdin_write), Clock::now() + kKeepalive});
       }
     }
   }
@@ -269,7 +281,13 @@ class JobRun {
   }
 
   void fail_because(const Child& child) {
-    report("psrun: " + child.who() + " " + detail::describe(*child.exit) + "; stopping the job");
+    const ExitStatus& status = *child.exit;
+    const bool ssh_failed = child.spec->relay && !status.signaled && !status.lost && status.code == 255;
+    report("psrun: " + child.who() + " " + detail::describe(status) +
+           (ssh_failed ? " (ssh's own status: it could not reach " + child.spec->host +
+                             " or lost the connection)"
+                       : "") +
+           "; stopping the job");
     fail();
   }
 
@@ -290,11 +308,38 @@ class JobRun {
     deadline_ = Clock::now() + kKillWait;
   }
 
+  // A keepalive line to every relay process that is due one: its remote side stops its process
+  // when they stop coming (psrun gone, or the link to it).
+  void send_keepalives() {
+    const auto now = Clock::now();
+    for (Child& child : children_) {
+      if (!child.spec->relay || !child.stdin_write.valid() || child.exit || now < child.next_keepalive)
+        continue;
+      write_stdin(child, "\n");
+      child.next_keepalive = now + kKeepalive;
+    }
+  }
+
+  // Best effort, never blocks: a full pipe means the relay is stuck, and its own timeout acts.
+  static void write_stdin(Child& child, const std::string& line) {
+    if (!child.stdin_write.valid()) return;
+    const ssize_t n = ::write(child.stdin_write.get(), line.data(), line.size());
+    if (n < 0 && errno == EPIPE) child.stdin_write.reset();
+  }
+
   // Signals the group of every process, including those that have exited: what they started in
-  // the background belongs to the job too.
+  // the background belongs to the job too. A relay process gets a signal other than SIGKILL as a
+  // line for its remote side instead.
   void signal_all(int sig) {
-    for (const Child& child : children_) {
+    for (Child& child : children_) {
       if (child.reaped) continue;
+      if (child.spec->relay && sig != SIGKILL && !child.exit && child.stdin_write.valid()) {
+        std::string line = std::to_string(sig);
+        line.insert(line.begin(), 'S');
+        line += '\n';
+        write_stdin(child, line);
+        continue;
+      }
       // A process that moved itself to another group still gets the signal.
       if (::kill(-child.pid, sig) != 0 && !child.exit) ::kill(child.pid, sig);
     }
@@ -303,6 +348,7 @@ class JobRun {
   void finish() {
     finished_ = true;
     signal_all(SIGKILL);
+    for (Child& child : children_) child.stdin_write.reset();
     for (Child& child : children_) {
       child.out.finish();
       child.err.finish();

@@ -112,7 +112,11 @@ TEST_F(MpiLaunch, DryRunPrintsTheCommandStartsNothingAndHidesTheSecret) {
 TEST(LaunchFlags, HostFlagsWithoutAnEngineAreRefused) {
   auto r = psrt::test::run_psrun_bounded("", "-H a:2 -n 1", "/bin/true", std::chrono::seconds(30));
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_EQ(r.count("-H/--hostfile/--mpirun-args need --launcher mpi"), 1) << r.out;
+  EXPECT_EQ(r.count("-H, --hostfile and --dry-run also work with --launcher mpi"), 1) << r.out;
+  auto m = psrt::test::run_psrun_bounded("", "--launcher slurm -H a:2 -n 1", "/bin/true",
+                                         std::chrono::seconds(30));
+  EXPECT_EQ(m.rc, 1) << m.out;
+  EXPECT_EQ(m.count("-H/--hostfile/--mpirun-args need --launcher mpi or ssh"), 1) << m.out;
   auto s = psrt::test::run_psrun_bounded("unset SLURM_JOB_ID;", "--launcher slurm -n 1",
                                          "/bin/true", std::chrono::seconds(30));
   EXPECT_EQ(s.rc, 1) << s.out;

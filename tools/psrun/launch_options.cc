@@ -1,63 +1,78 @@
-#include "psrun/launch_options.h"
+#include "tools/psrun/launch_options.h"
 
-#include <sstream>
+#include <CLI/CLI.hpp>
+#include <cstdlib>
 
+#include "base/interfaces.h"
 #include "psrt/error.h"
+#include "runtime/engine_env.h"
 #include "runtime/launch/engine_launcher.h"
 
 namespace psrt::tools {
-namespace {
 
-// Splits extra engine arguments on whitespace (no quoting: pass one option per word).
-std::vector<std::string> words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;)
-    out.push_back(w);
-  return out;
-}
-
-}  // namespace
-
-void add_launch_flags(CLI::App& app, LaunchFlags& f) {
-  app.add_option("--launcher", f.launcher,
-                 "local | mpi (OpenMPI's mpirun starts servers and workers) | slurm (srun, "
-                 "inside an allocation)")
-      ->check(CLI::IsMember({"local", "mpi", "slurm"}))
-      ->capture_default_str();
-  app.add_option("-H,--hosts", f.hosts, "mpi: hosts and slots, host1:4,host2:4 (mpirun -H)");
-  app.add_option("--hostfile", f.hostfile, "mpi: file of `host slots=N` lines (mpirun --hostfile)")
-      ->check(CLI::ExistingFile);
+void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--mpirun-args", f.mpirun_args,
-                 "mpi: more mpirun options, split on spaces (e.g. \"--mca plm_rsh_args -p2222\")");
-  app.add_option("--srun-args", f.srun_args, "slurm: more srun options, split on spaces");
-  app.add_flag("--dry-run", f.dry_run,
-               "mpi, slurm: print the command that would start the job's processes, start none");
+                 "--launcher mpi: more mpirun options, split on spaces (e.g. \"--mca "
+                 "oob_tcp_if_include 10.9.0.0/24\")");
+  app.add_option("--srun-args", f.srun_args,
+                 "--launcher slurm: more srun options, split on spaces");
 }
 
-std::unique_ptr<runtime::LaunchBackend> make_backend(const LaunchFlags& f) {
-  const bool host_flags = !f.hosts.empty() || !f.hostfile.empty();
-  if (f.launcher != "mpi" && (host_flags || !f.mpirun_args.empty()))
+void check_engine_flags(const std::string& launcher, const psrun::SshFlags& h,
+                        const EngineFlags& f) {
+  if (!h.server_hosts.empty() || !h.ssh_args.empty())
     throw Error(ErrorCode::kInvalidArgument,
-                "-H/--hostfile/--mpirun-args need --launcher mpi (Slurm places ranks on the "
-                "allocation's nodes itself)");
-  if (f.launcher != "slurm" && !f.srun_args.empty())
+                "--server-hosts and --ssh-args need --launcher ssh (mpirun and srun place the "
+                "ranks themselves: servers are ranks 0..S-1)");
+  if (launcher != "mpi" && (!h.hosts.empty() || !h.hostfile.empty() || !f.mpirun_args.empty()))
+    throw Error(ErrorCode::kInvalidArgument,
+                "-H/--hostfile/--mpirun-args need --launcher mpi or ssh (Slurm places the ranks "
+                "on the allocation's nodes)");
+  if (launcher != "slurm" && !f.srun_args.empty())
     throw Error(ErrorCode::kInvalidArgument, "--srun-args needs --launcher slurm");
-  if (f.launcher == "local" && f.dry_run)
-    throw Error(ErrorCode::kInvalidArgument, "--dry-run needs --launcher mpi or slurm");
+}
+
+std::optional<psrun::Placement> engine_hosts(const std::string& launcher,
+                                             const psrun::SshFlags& h) {
+  psrun::Placement p;
+  try {
+    if (launcher == "mpi" && !h.hosts.empty())
+      for (const auto& hs : psrun::parse_host_list(h.hosts))
+        p.workers.push_back(hs.host);
+    if (launcher == "mpi" && !h.hostfile.empty())
+      for (const auto& hs : psrun::read_hostfile(h.hostfile))
+        p.workers.push_back(hs.host);
+    const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+    if (launcher == "slurm" && nodes && *nodes) p.workers = runtime::slurm_hostnames(nodes);
+  } catch (const Error&) {
+    return std::nullopt;  // the engine reports bad hosts itself
+  }
+  // Only hosts this one has a route to (a name mpirun resolves differently is its business).
+  std::erase_if(p.workers, [](const std::string& host) {
+    try {
+      route_to(host);
+      return false;
+    } catch (const Error&) {
+      return true;
+    }
+  });
+  if (p.workers.empty()) return std::nullopt;
+  return p;
+}
+
+std::unique_ptr<runtime::LaunchBackend> make_engine_backend(const std::string& launcher,
+                                                            const psrun::SshFlags& h,
+                                                            const EngineFlags& f) {
   runtime::EngineLaunchOptions o;
-  o.dry_run = f.dry_run;
-  if (f.launcher == "mpi") {
-    if (!f.hosts.empty()) o.host_args = {"-H", f.hosts};
-    if (!f.hostfile.empty()) o.host_args.insert(o.host_args.end(), {"--hostfile", f.hostfile});
-    o.extra_args = words(f.mpirun_args);
+  o.dry_run = h.dry_run;
+  if (launcher == "mpi") {
+    if (!h.hosts.empty()) o.host_args = {"-H", h.hosts};
+    if (!h.hostfile.empty()) o.host_args.insert(o.host_args.end(), {"--hostfile", h.hostfile});
+    o.extra_args = psrun::split_ssh_args(f.mpirun_args);
     return runtime::make_mpi_launcher(std::move(o));
   }
-  if (f.launcher == "slurm") {
-    o.extra_args = words(f.srun_args);
-    return runtime::make_slurm_launcher(std::move(o));
-  }
-  return runtime::make_launch_backend(f.launcher);
+  o.extra_args = psrun::split_ssh_args(f.srun_args);
+  return runtime::make_slurm_launcher(std::move(o));
 }
 
 }  // namespace psrt::tools

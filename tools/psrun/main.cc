@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <thread>
 #include <iostream>
+#include <optional>
 
 #include <fmt/core.h>
 
+#include "base/interfaces.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "ps/auth.h"
@@ -19,10 +21,13 @@
 #include "ps/scheduler.h"
 #include "runtime/env_contract.h"
 #include "runtime/launch/launcher.h"
+#include "runtime/launch/remote_side.h"
+#include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
-#include "psrun/launch_options.h"
-#include "psrun/role_from_env.h"
 #include "transport/factory.h"
+#include "tools/psrun/launch_options.h"
+#include "tools/psrun/role_from_env.h"
+#include "tools/psrun/ssh_options.h"
 
 namespace {
 
@@ -43,7 +48,10 @@ struct Args {
   int port = 0;
   std::string secret_file;
   bool secure = false;
-  psrt::tools::LaunchFlags launch;
+  std::string launcher = "local";
+  std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
+  psrt::psrun::SshFlags ssh;
+  psrt::tools::EngineFlags engine;  // --mpirun-args, --srun-args
   int server_threads = 1;
   std::string server_device = "cpu";
   std::vector<std::string> command;
@@ -56,46 +64,65 @@ std::string self_exe() {
   return p.string();
 }
 
-int run(const Args& a) {
-  using namespace psrt;
-  ps::parse_mode(a.mode);  // validates
-  std::string secret;
-  if (!a.secret_file.empty()) {
-    secret = ps::read_secret_file(a.secret_file);
-  } else if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
-    secret = s;
-    ps::check_secret_length(secret, "PSRT_SECRET");
-  } else {
-    secret = ps::generate_secret();
+std::string job_secret(const Args& a) {
+  if (!a.secret_file.empty()) return psrt::ps::read_secret_file(a.secret_file);
+  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
+    psrt::ps::check_secret_length(s, "PSRT_SECRET");
+    return s;
   }
-  std::string transport = a.transport;
-  if (transport.empty()) transport = transport::available_backends().front();
+  return psrt::ps::generate_secret();
+}
 
-  ps::SchedulerConfig sc;
-  sc.transport = transport;
-  sc.listen = fmt::format("127.0.0.1:{}", a.port);
-  sc.secret = secret;
-  sc.secure = a.secure || runtime::env_bool("PSRT_SECURE");
-  sc.num_servers = static_cast<std::uint32_t>(a.servers);
-  sc.num_workers = static_cast<std::uint32_t>(a.workers);
-  sc.partition_bytes = a.partition_bytes;
-  sc.checkpoint_dir = a.checkpoint_dir;
-  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
-  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
-  sc.max_keys_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
-  sc.max_slices_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
-  sc.max_control_per_sec =
-      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
-  log::set_prefix("scheduler");
-  ps::Scheduler scheduler(sc);
+// Where servers and workers run with --launcher ssh (printed); nullopt for a local job.
+std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
+  using namespace psrt::psrun;
+  const bool ssh_flags = !a.ssh.hosts.empty() || !a.ssh.hostfile.empty() ||
+                         !a.ssh.server_hosts.empty() || !a.ssh.ssh_args.empty() || a.ssh.dry_run;
+  if (a.launcher == "mpi" || a.launcher == "slurm") {
+    psrt::tools::check_engine_flags(a.launcher, a.ssh, a.engine);
+    return std::nullopt;
+  }
+  if (a.launcher != "ssh") {
+    if (ssh_flags)
+      throw psrt::Error(psrt::ErrorCode::kInvalidArgument,
+                        "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh "
+                        "(-H, --hostfile and --dry-run also work with --launcher mpi, --dry-run "
+                        "with --launcher slurm)");
+    return std::nullopt;
+  }
+  std::vector<std::string> server_hosts;
+  if (!a.ssh.server_hosts.empty())
+    for (const auto& h : parse_host_list(a.ssh.server_hosts))
+      server_hosts.push_back(h.host);
+  return place(hosts_from(a.ssh), server_hosts, a.servers, a.workers);
+}
 
-  std::vector<std::pair<std::string, std::string>> common = {
-      {"PSRT_SCHEDULER", scheduler.address()},
+// Where the scheduler listens: on the interface `spec` names (psrun --interface, PSRT_INTERFACE);
+// else for an ssh job on the interface whose route reaches the job's hosts (the first host that
+// is not this one's loopback), for a local job on loopback.
+psrt::InterfaceAddress scheduler_interface(const std::string& spec,
+                                           const std::optional<psrt::psrun::Placement>& placement) {
+  if (!spec.empty()) return psrt::choose_address(spec, "");
+  if (placement) {
+    std::vector<std::string> hosts = placement->servers;
+    hosts.insert(hosts.end(), placement->workers.begin(), placement->workers.end());
+    for (const auto& host : hosts) {
+      const psrt::InterfaceAddress a = psrt::route_to(host);
+      if (!psrt::is_loopback(a.address)) return a;
+    }
+  }
+  return psrt::route_to("127.0.0.1");
+}
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+Env common_env(const Args& a, const std::string& scheduler, const std::string& transport,
+               const std::string& secret, bool secure, const std::string& interface) {
+  Env common = {
+      {"PSRT_SCHEDULER", scheduler},
       {"PSRT_TRANSPORT", transport},
       {"PSRT_SECRET", secret},
-      {"PSRT_SECURE", sc.secure ? "1" : "0"},
+      {"PSRT_SECURE", secure ? "1" : "0"},
       {"PSRT_NUM_WORKERS", std::to_string(a.workers)},
       {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
       {"PSRT_MODE", a.mode},
@@ -114,6 +141,7 @@ int run(const Args& a) {
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
   };
+  if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
   // runs as many processes as it has cores: let them sleep between events then.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -123,25 +151,102 @@ int run(const Args& a) {
                   "(PSRT_SPIN_US=0; set it to override)",
                   a.workers, a.servers, cores);
   }
-  runtime::JobSpec job;
+  return common;
+}
+
+psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
+                                 const std::optional<psrt::psrun::Placement>& placement) {
+  psrt::runtime::JobSpec job;
   const std::string exe = self_exe();
   for (int i = 0; i < a.servers; ++i) {
-    runtime::ProcessSpec p{fmt::format("server {}", i), {exe, "--internal-server"}, common};
+    psrt::runtime::ProcessSpec p;
+    p.label = fmt::format("server {}", i);
+    p.argv = {exe, "--internal-server"};
+    p.env = common;
     p.env.emplace_back("PSRT_ROLE", "server");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    if (placement) p.host = placement->servers[static_cast<std::size_t>(i)];
     job.services.push_back(std::move(p));
   }
   for (int i = 0; i < a.workers; ++i) {
-    runtime::ProcessSpec p{fmt::format("worker {}", i), a.command, common};
+    psrt::runtime::ProcessSpec p;
+    p.label = fmt::format("worker {}", i);
+    p.argv = a.command;
+    p.env = common;
     p.env.emplace_back("PSRT_ROLE", "worker");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    if (placement) p.host = placement->workers[static_cast<std::size_t>(i)];
     job.workers.push_back(std::move(p));
   }
+  return job;
+}
+
+psrt::runtime::SshOptions ssh_options(const Args& a) {
+  psrt::runtime::SshOptions o;
+  o.ssh_args = psrt::psrun::split_ssh_args(a.ssh.ssh_args);
+  o.remote_psrun = self_exe();
+  o.keepalive_timeout = psrt::runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  return o;
+}
+
+int run(const Args& a) {
+  using namespace psrt;
+  ps::parse_mode(a.mode);  // validates
+  const auto placement = placement_of(a);
+  const std::string secret = job_secret(a);
+  std::string transport = a.transport;
+  if (transport.empty()) transport = transport::available_backends().front();
+  const std::string interface =
+      a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
+  const InterfaceAddress where =
+      scheduler_interface(interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
+  const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
+  if (placement)
+    PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
+                  psrun::describe_placement(*placement));
+  if (a.ssh.dry_run && a.launcher == "ssh") {
+    const std::string scheduler = a.port != 0 ? join_host_port(where.address, a.port)
+                                              : join_host_port(where.address, 0) +
+                                                    " (port 0: the real one is chosen at start)";
+    auto job = build_job(a, common_env(a, scheduler, transport, secret, secure, interface),
+                         placement);
+    std::cout << runtime::describe_ssh_job(job, ssh_options(a));
+    return 0;
+  }
+
+  ps::SchedulerConfig sc;
+  sc.transport = transport;
+  sc.listen = join_host_port(where.address, a.port);
+  sc.secret = secret;
+  sc.secure = secure;
+  sc.num_servers = static_cast<std::uint32_t>(a.servers);
+  sc.num_workers = static_cast<std::uint32_t>(a.workers);
+  sc.partition_bytes = a.partition_bytes;
+  sc.checkpoint_dir = a.checkpoint_dir;
+  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
+  sc.max_keys_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
+  sc.max_slices_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
+  sc.max_control_per_sec =
+      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
+  log::set_prefix("scheduler");
+  ps::Scheduler scheduler(sc);
+
+  runtime::JobSpec job = build_job(
+      a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {}", a.workers,
-                a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address());
-  auto backend = tools::make_backend(a.launch);
+  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+                "(interface {})",
+                a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode,
+                scheduler.address(), where.name.empty() ? "?" : where.name);
+  std::unique_ptr<runtime::LaunchBackend> backend;
+  if (placement) backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
+  else if (a.launcher == "mpi" || a.launcher == "slurm")
+    backend = tools::make_engine_backend(a.launcher, a.ssh, a.engine);
+  else backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
@@ -154,20 +259,22 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "--internal-server") == 0) {
-    try {
-      return psrt::runtime::run_server_from_env();
-    } catch (const psrt::Error& e) {
-      std::cerr << "psrt server: " << e.what() << "\n";
-      return 1;
-    }
-  }
+  if (argc >= 2 && std::strcmp(argv[1], "--internal-remote") == 0)
+    return psrt::runtime::run_remote_side(argc - 2, argv + 2);
   if (argc >= 2 && std::strcmp(argv[1], "--role-from-env") == 0) {
     int first = (argc >= 3 && std::strcmp(argv[2], "--") == 0) ? 3 : 2;
     try {
       return psrt::tools::run_role_from_env({argv + first, argv + argc}, self_exe());
     } catch (const psrt::Error& e) {
       std::cerr << "psrt: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "--internal-server") == 0) {
+    try {
+      return psrt::runtime::run_server_from_env();
+    } catch (const psrt::Error& e) {
+      std::cerr << "psrt server: " << e.what() << "\n";
       return 1;
     }
   }
@@ -214,7 +321,11 @@ int main(int argc, char** argv) {
                                                        "with the same dir resumes");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
       ->capture_default_str();
-  app.add_option("--port", a.port, "scheduler port on 127.0.0.1 (0 = any free)")
+  app.add_option("--interface", a.interface,
+                 "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address the scheduler "
+                 "and the servers listen on and advertise (default PSRT_INTERFACE; else loopback "
+                 "for a local job, the route to the first remote host for --launcher ssh)");
+  app.add_option("--port", a.port, "scheduler port (0 = any free)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--secret-file", a.secret_file,
@@ -223,7 +334,15 @@ int main(int argc, char** argv) {
   app.add_flag("--secure", a.secure,
                "seal every message of the job (AES-256-GCM, keys per connection from the job "
                "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
-  psrt::tools::add_launch_flags(app, a.launch);
+  app.add_option("--launcher", a.launcher,
+                 "launch backend: local (every process on this host) | ssh (servers and workers "
+                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here) | mpi "
+                 "(OpenMPI's mpirun starts them; -H / --hostfile passed to it) | slurm (srun, "
+                 "inside an allocation)")
+      ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
+      ->capture_default_str();
+  psrt::psrun::add_ssh_options(app, a.ssh);
+  psrt::tools::add_engine_flags(app, a.engine);
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

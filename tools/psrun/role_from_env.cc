@@ -1,4 +1,4 @@
-#include "psrun/role_from_env.h"
+#include "tools/psrun/role_from_env.h"
 
 #include <fmt/core.h>
 #include <netdb.h>

@@ -44,7 +44,7 @@ UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
     throw ucs_error("ucp_worker_create", st);
   }
   address_ = worker_address();
-  boot_id_ = psrt::local_boot_id();  // "" if unreadable: every peer then counts as remote
+  boot_id_ = psrt::local_host_id();  // "" if unreadable: every peer then counts as remote
 
   ucp_am_handler_param_t am{};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |

@@ -122,7 +122,7 @@ class UcxContext : public std::enable_shared_from_this<UcxContext> {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   bool cuda_capable_ = false;
-  std::string boot_id_;
+  std::string boot_id_;  // local_host_id(): boot id + network namespace (base/host.h)
   std::vector<std::byte> address_;
 
   Listeners listeners_{loop_};

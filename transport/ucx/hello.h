@@ -13,8 +13,10 @@
 //                 puts them in front of every active message it sends on it, and the sender
 //                 takes a message only for the connection whose token it carries, compared in
 //                 constant time (context.h)
-//   24      40    boot_id: /proc/sys/kernel/random/boot_id of the sender, NUL-padded; equal ids
-//                 mean one host (shared memory usable)
+//   24      40    boot_id: the sender's host id (base/host.h local_host_id(): its boot id and
+//                 network namespace), NUL-padded; equal ids mean one host (shared memory
+//                 usable, UCX error mode NONE); processes in different network namespaces of
+//                 one machine differ
 //   64      4     address_len (1 .. kMaxWorkerAddressBytes)
 //   68      ...   UCX worker address
 //

@@ -1,0 +1,252 @@
+// Jobs across hosts (network namespaces, tests/multihost/netns_hosts.h) started by psrun
+// --launcher ssh: psrun and its scheduler on host 0, servers and workers on the hosts through
+// each host's own sshd. Exact results over tcp and ucx with the links' byte counters showing
+// that the gradients crossed them; a host killed, a link cut, psrun SIGKILLed: named errors
+// within the bound and no psrt process left on any host; a wrong secret from another host.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define PSRT_SCRATCH_PREFIX "psrt_ssh_job_test_"
+#include "tests/integration/job_runner.h"
+#include "tests/multihost/netns_hosts.h"
+
+namespace psrt::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+#define SKIP_WITHOUT_HOSTS()                                                \
+  do {                                                                      \
+    if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+bool has_ucx() {
+#ifdef PSRT_TEST_HAVE_UCX
+  return true;
+#else
+  return false;
+#endif
+}
+
+// psrun on host 0: `--launcher ssh --ssh-args "<the fixture's key and options>" ARGS -- ps_worker
+// WORKER`, with ENV in front, output to `log`.
+std::string psrun_on_host0(const Hosts& hosts, const std::string& env, const std::string& args,
+                           const std::string& worker) {
+  return "exec " + hosts.exec_prefix(0) + " env " + env + " " PSRUN_PATH +
+         " --launcher ssh --ssh-args '" + hosts.ssh_args_string() + "' " + args +
+         " -- " PS_WORKER_PATH " " + worker;
+}
+
+// The psrt processes (psrun, ps_worker) running on host i.
+std::vector<pid_t> psrt_pids(const Hosts& hosts, int i) {
+  std::vector<pid_t> out;
+  for (pid_t p : hosts.pids(i)) {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(p) + "/exe", ec);
+    if (!ec && (exe == PSRUN_PATH || exe == PS_WORKER_PATH)) out.push_back(p);
+  }
+  return out;
+}
+
+// Waits until no psrt process is left on any host; the seconds it took, or -1 past `limit`.
+double wait_no_psrt_process(const Hosts& hosts, std::chrono::milliseconds limit) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < limit) {
+    bool any = false;
+    for (int i = 0; i < hosts.size(); ++i)
+      any = any || !psrt_pids(hosts, i).empty();
+    if (!any) return std::chrono::duration<double>(Clock::now() - start).count();
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
+}
+
+// Waits for `n` lines containing `needle` in the job's output.
+bool wait_output(const ProcessGroup& job, const std::string& needle, int n,
+                 std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (count(job.out(), needle) >= n) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+struct Traffic {
+  std::vector<std::uint64_t> tx, rx;
+};
+Traffic traffic(const Hosts& hosts) {
+  Traffic t;
+  for (int i = 0; i < hosts.size(); ++i) {
+    t.tx.push_back(hosts.tx_bytes(i));
+    t.rx.push_back(hosts.rx_bytes(i));
+  }
+  return t;
+}
+
+class SshJob : public ::testing::TestWithParam<std::string> {};
+
+// Scheduler on host 0 (A), servers on B and C, workers 0..3 on A, B, C, A: every gradient of A's
+// two workers leaves A (no server there) and their weights come back over A's link.
+TEST_P(SshJob, ThreeHostsSumExactlyAndTheGradientsCrossTheLinks) {
+  SKIP_WITHOUT_HOSTS();
+  if (GetParam() == "ucx" && !has_ucx()) GTEST_SKIP() << "built without UCX";
+  Hosts hosts(3, {.sshd = true});
+  const std::string a = hosts.address(0), b = hosts.address(1), c = hosts.address(2);
+  const int rounds = 3;
+  const std::vector<long> sizes = {1, 7, 1000, 4099, 262147};
+  long floats = 0;
+  for (long s : sizes)
+    floats += s;
+  const auto before = traffic(hosts);
+  const auto log = scratch("exact.txt");
+  ProcessGroup job(
+      psrun_on_host0(hosts, "UCX_TLS=tcp UCX_NET_DEVICES=eth0",
+                     "--transport " + GetParam() + " -n 4 -s 2 --lr 1 --partition-bytes 65536 -H " +
+                         a + ":2," + b + ":1," + c + ":1 --server-hosts " + b + "," + c,
+                     "exact --rounds " + std::to_string(rounds) + " --sizes 1,7,1000,4099,262147"),
+      log);
+  const int rc = job.wait(120s);
+  const std::string out = job.out();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "PASS exact"), 4) << out;
+  for (const auto& placed :
+       {"[server 0@" + b + "]", "[server 1@" + c + "]", "[worker 0@" + a + "] PASS",
+        "[worker 1@" + b + "] PASS", "[worker 2@" + c + "] PASS", "[worker 3@" + a + "] PASS"})
+    EXPECT_NE(out.find(placed), std::string::npos) << placed << "\n" << out;
+  EXPECT_NE(out.find("scheduler at " + a + ":"), std::string::npos) << out;
+  const auto after = traffic(hosts);
+  // Host A's two workers push `rounds` gradients of every size to B and C and pull the weights.
+  const std::uint64_t grads = 2ull * rounds * static_cast<std::uint64_t>(floats) * 4;
+  EXPECT_GT(after.tx[0] - before.tx[0], grads) << out;
+  EXPECT_GT(after.rx[0] - before.rx[0], grads) << out;
+  // B and C serve: each gets about half of every worker's gradients.
+  EXPECT_GT(after.rx[1] - before.rx[1], grads / 2) << out;
+  EXPECT_GT(after.rx[2] - before.rx[2], grads / 2) << out;
+  EXPECT_GE(wait_no_psrt_process(hosts, 5s), 0) << "a psrt process was left on a host";
+}
+
+TEST_P(SshJob, AsyncAppliesEveryPushOnceAcrossHosts) {
+  SKIP_WITHOUT_HOSTS();
+  if (GetParam() == "ucx" && !has_ucx()) GTEST_SKIP() << "built without UCX";
+  Hosts hosts(3, {.sshd = true});
+  const auto log = scratch("async.txt");
+  ProcessGroup job(
+      psrun_on_host0(hosts, "UCX_TLS=tcp UCX_NET_DEVICES=eth0",
+                     "--transport " + GetParam() + " -n 4 -s 2 --mode async --lr 1 -H " +
+                         hosts.address(0) + ":2," + hosts.address(1) + ":1," + hosts.address(2) +
+                         ":1 --server-hosts " + hosts.address(1) + "," + hosts.address(2),
+                     "async --rounds 20 --sizes 4099"),
+      log);
+  const int rc = job.wait(120s);
+  ASSERT_EQ(rc, 0) << job.out();
+  EXPECT_EQ(count(job.out(), "PASS async"), 4) << job.out();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, SshJob, ::testing::Values("tcp", "ucx"));
+
+// A job of 3 hosts that holds (rounds of exact sums until the stop file exists), with every
+// worker past its first round; PSRT_PEER_TIMEOUT_MS=3000.
+struct HeldJob {
+  Hosts& hosts;
+  std::filesystem::path stop = scratch("stop");
+  ProcessGroup job;
+  explicit HeldJob(Hosts& h, const std::string& log_name)
+      : hosts(h),
+        job(psrun_on_host0(h, "PSRT_PEER_TIMEOUT_MS=3000",
+                           "--transport tcp -n 3 -s 2 --aggregate sum --lr 1 -H " + h.address(0) +
+                               "," + h.address(1) + "," + h.address(2) + " --server-hosts " +
+                               h.address(0) + "," + h.address(1),
+                           "hold --stop-file " + stop.string()),
+            scratch(log_name)) {}
+  bool started() { return wait_output(job, "HOLDING rank", 3, 60s); }
+};
+
+constexpr auto kPeerTimeout = 3s;
+// The bound on noticing a lost host and stopping the rest: ssh's ServerAlive (3 x 1 s) or the
+// scheduler's peer timeout, then the launcher's kill grace (3 s), with room for a loaded machine.
+constexpr auto kFaultBound = kPeerTimeout + 3s + 6s;
+
+TEST(SshJobFault, AHostWhoseProcessesAreKilledIsNamedAndNothingIsLeft) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  HeldJob held(hosts, "killed_host.txt");
+  ASSERT_TRUE(held.started()) << held.job.out();
+  const auto t0 = Clock::now();
+  EXPECT_GT(hosts.kill_all(2), 0);
+  const int rc = held.job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string out = held.job.out();
+  ASSERT_NE(rc, -1) << "psrun still running " << seconds << " s after host 2 was killed\n" << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("worker 2@" + hosts.address(2)), std::string::npos) << out;
+  EXPECT_NE(out.find("; stopping the job"), std::string::npos) << out;
+  EXPECT_GE(wait_no_psrt_process(hosts, 5s), 0) << "a psrt process was left on a host\n" << out;
+}
+
+TEST(SshJobFault, AHostWhoseLinkGoesDownIsNamedWithinTheBoundAndNothingIsLeft) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  HeldJob held(hosts, "link_down.txt");
+  ASSERT_TRUE(held.started()) << held.job.out();
+  const auto t0 = Clock::now();
+  hosts.link_down(2);
+  const int rc = held.job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string out = held.job.out();
+  ASSERT_NE(rc, -1) << "psrun still running " << seconds << " s after host 2's link went down\n"
+                    << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("@" + hosts.address(2)), std::string::npos) << out;
+  // Host 2, cut off, stops its own processes when psrun's keepalives stop coming.
+  EXPECT_GE(wait_no_psrt_process(hosts, kFaultBound), 0) << "a psrt process was left on a host\n"
+                                                         << out;
+}
+
+TEST(SshJobFault, KilledPsrunLeavesNoProcessOnAnyHost) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  HeldJob held(hosts, "killed_psrun.txt");
+  ASSERT_TRUE(held.started()) << held.job.out();
+  ASSERT_EQ(::kill(held.job.pid(), SIGKILL), 0);
+  held.job.wait(5s);
+  const double gone = wait_no_psrt_process(hosts, kFaultBound);
+  EXPECT_GE(gone, 0) << "psrt processes left on a host after psrun was SIGKILLed\n"
+                     << held.job.out();
+}
+
+TEST(SshJobSecurity, AWorkerWithAWrongSecretFromAnotherHostIsRefusedAndTheJobStaysExact) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  HeldJob held(hosts, "wrong_secret.txt");
+  ASSERT_TRUE(held.started()) << held.job.out();
+  const std::string out = held.job.out();
+  const auto at = out.find("scheduler at ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string scheduler = out.substr(at + 13, out.find_first_of(" \n", at + 13) - at - 13);
+  const auto intruder =
+      hosts.run_in(2,
+                   {"env", "PSRT_SCHEDULER=" + scheduler, "PSRT_TRANSPORT=tcp",
+                    "PSRT_SECRET=not-the-job-secret-but-long-enough-0123456789",
+                    "PSRT_NUM_WORKERS=3", "PSRT_CONNECT_TIMEOUT_MS=5000", "PSRT_OP_TIMEOUT_MS=5000",
+                    PS_WORKER_PATH, "exact", "--rounds", "1", "--sizes", "7"},
+                   30s);
+  EXPECT_NE(intruder.rc, 0) << intruder.out;
+  EXPECT_EQ(count(intruder.out, "PASS"), 0) << intruder.out;
+  std::ofstream(held.stop) << "stop";
+  const int rc = held.job.wait(60s);
+  EXPECT_EQ(rc, 0) << held.job.out();
+  EXPECT_EQ(count(held.job.out(), "PASS hold"), 3) << held.job.out();
+  std::printf("intruder: %s\n", intruder.out.c_str());
+}
+
+}  // namespace
+}  // namespace psrt::test
