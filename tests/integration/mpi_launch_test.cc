@@ -2,7 +2,9 @@
 // on 127.0.0.1: exact sums, a failed process named and the rest stopped, signals forwarded,
 // --dry-run. Skips without mpirun (Debian openmpi-bin).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +17,19 @@ namespace {
 
 using psrt::test::ProcessGroup;
 using psrt::test::Run;
+
+// A port the kernel just handed out and took back: free for the scheduler, barring a race.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;
@@ -107,6 +122,28 @@ TEST_F(MpiLaunch, DryRunPrintsTheCommandStartsNothingAndHidesTheSecret) {
   EXPECT_EQ(r.count(" --role-from-env -- /bin/false\n"), 1) << r.out;
   EXPECT_EQ(r.count("ranks 0-1: server 0-1 (psrun --internal-server); ranks 2-4: worker 0-2"), 1)
       << r.out;
+}
+
+TEST_F(MpiLaunch, MpirunAloneStartsAJobWhoseRankZeroHostsTheScheduler) {
+  // No psrun launcher: mpirun starts `psrun --role-from-env` on every rank, the secret by name.
+  auto log = psrt::test::scratch("alone.txt");
+  const std::string port = std::to_string(free_port());
+  ProcessGroup job(
+      "PSRT_SECRET=mpirun-alone-secret-0123456789abcdef0123 PSRT_LR=1 PSRT_NUM_SERVERS=2 "
+      "PSRT_TRANSPORT=tcp MASTER_PORT=" +
+          port + " exec mpirun " + std::string(::geteuid() == 0 ? "--allow-run-as-root " : "") +
+          "--oversubscribe --bind-to none -np 5 -x PSRT_SECRET -x PSRT_LR -x PSRT_NUM_SERVERS "
+          "-x PSRT_TRANSPORT -x MASTER_PORT " PSRUN_PATH " --role-from-env -- " PS_WORKER_PATH
+          " exact --rounds 3 --sizes 1,7,1000",
+      log);
+  const int rc = job.wait(std::chrono::seconds(60));
+  const std::string out = psrt::test::slurp(log);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(psrt::test::count(out, "PASS exact"), 3) << out;
+  EXPECT_EQ(
+      psrt::test::count(out, "scheduler for 2 servers and 3 workers listening on 0.0.0.0:" + port),
+      1)
+      << out;
 }
 
 TEST(LaunchFlags, HostFlagsWithoutAnEngineAreRefused) {
