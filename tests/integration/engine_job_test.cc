@@ -73,7 +73,8 @@ TEST(EngineJob, TorchRankWorldSizeMasterVariablesAlone) {
   const int port = free_port();
   std::vector<std::string> envs;
   for (int g = 0; g < 4; ++g)
-    envs.push_back("RANK=" + std::to_string(g) + " WORLD_SIZE=4 MASTER_ADDR=localhost " +
+    envs.push_back("RANK=" + std::to_string(g) + " WORLD_SIZE=4 LOCAL_RANK=" + std::to_string(g) +
+                   " LOCAL_WORLD_SIZE=4 MASTER_ADDR=localhost " +
                    "MASTER_PORT=" + std::to_string(port));
   auto r = run_engine_job(envs);
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -90,8 +91,9 @@ TEST(EngineJob, TfConfigAlone) {
   std::vector<std::string> envs;
   for (const auto& [type, index] : std::vector<std::pair<std::string, int>>{
            {"ps", 0}, {"ps", 1}, {"chief", 0}, {"worker", 0}, {"worker", 1}})
-    envs.push_back("TF_CONFIG='" + cluster + type + "\",\"index\":" + std::to_string(index) +
-                   "}}'");
+    // One task per pod: servers listen where PSRT_HOST says (the pod's IP in a TFJob).
+    envs.push_back("PSRT_HOST=127.0.0.1 TF_CONFIG='" + cluster + type +
+                   "\",\"index\":" + std::to_string(index) + "}}'");
   auto r = run_engine_job(envs);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
@@ -117,6 +119,14 @@ TEST(EngineJob, BadEngineVariablesFailNamingThem) {
   auto r = run_engine_job({"RANK=1 WORLD_SIZE=4"});
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_EQ(r.count("psrt: RANK is set but MASTER_ADDR is not"), 1) << r.out;
+  // A job over several hosts (local size 1 of 2) whose server would listen on loopback.
+  auto l = run_engine_job({"RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost"});
+  EXPECT_EQ(l.rc, 1) << l.out;
+  EXPECT_EQ(l.count("psrt: this server would listen on 127.0.0.1 (the route to the scheduler at "
+                    "localhost:7450), which the job's other hosts cannot reach: set "
+                    "PSRT_INTERFACE"),
+            1)
+      << l.out;
   // A bare worker program on the rank that hosts the scheduler is told to use --role-from-env.
   ProcessGroup bare("env -i RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost PSRT_SECRET=" +
                         std::string(kSecret) + " " PS_WORKER_PATH + kWorker,

@@ -14,11 +14,13 @@
 #include <optional>
 #include <thread>
 
+#include "base/interfaces.h"
 #include "base/log.h"
 #include "psrt/error.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 #include "runtime/launch/local_launcher.h"
+#include "runtime/listen_address.h"
 #include "runtime/scheduler_process.h"
 
 namespace psrt::tools {
@@ -126,6 +128,18 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
     throw Error(ErrorCode::kInvalidArgument,
                 "--role-from-env: this process is a worker but no COMMAND was given: psrun "
                 "--role-from-env -- COMMAND [ARGS...]");
+  if (job && role == "server" && job->local_size < job->world_size &&
+      runtime::env_string("PSRT_HOST").empty() && runtime::env_string("PSRT_INTERFACE").empty()) {
+    // A server on the scheduler's host would follow the route to it, which can be loopback
+    // (a host name that /etc/hosts maps to 127.0.1.1): other hosts could never reach it.
+    const std::string host = runtime::listen_host_from_env(job->scheduler);
+    if (is_loopback(host))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("this server would listen on {} (the route to the scheduler at {}), "
+                              "which the job's other hosts cannot reach: set PSRT_INTERFACE "
+                              "(e.g. eth0 or 10.0.0.0/24) or PSRT_HOST",
+                              host, job->scheduler));
+  }
   runtime::job_secret_from_env();  // fails here, naming the variables, rather than in a child
   if (job)
     PSRT_LOG_INFO("{}: global rank {} of {} is {} {} (local {}/{}), scheduler {}", job->engine,
