@@ -341,8 +341,11 @@ void Hosts::teardown() noexcept {
     for (int i = 0; i < static_cast<int>(ns_inode_.size()); ++i)
       while (!pids(i).empty() && Clock::now() < deadline)
         std::this_thread::sleep_for(milliseconds(10));
-    for (int i = 0; i < static_cast<int>(ns_inode_.size()); ++i)
+    // Deleting a veth end deletes the pair at once; a deleted namespace's devices go later.
+    for (int i = 0; i < static_cast<int>(ns_inode_.size()); ++i) {
+      run_command({"ip", "link", "del", "vb" + std::to_string(i)}, std::chrono::seconds(5));
       run_command({"ip", "netns", "del", name(i)}, std::chrono::seconds(5));
+    }
     ns_inode_.clear();
     run_command({"ip", "link", "del", kBridge}, std::chrono::seconds(5));
     std::error_code ec;

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,15 +47,36 @@ std::string psrun_on_host0(const Hosts& hosts, const std::string& env, const std
          " -- " PS_WORKER_PATH " " + worker;
 }
 
-// The psrt processes (psrun, ps_worker) running on host i.
-std::vector<pid_t> psrt_pids(const Hosts& hosts, int i) {
+// The processes on host i running one of `programs`.
+std::vector<pid_t> pids_running(const Hosts& hosts, int i,
+                                const std::vector<std::string>& programs) {
   std::vector<pid_t> out;
   for (pid_t p : hosts.pids(i)) {
     std::error_code ec;
     const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(p) + "/exe", ec);
-    if (!ec && (exe == PSRUN_PATH || exe == PS_WORKER_PATH)) out.push_back(p);
+    if (!ec && std::find(programs.begin(), programs.end(), exe.string()) != programs.end())
+      out.push_back(p);
   }
   return out;
+}
+
+// The psrt processes (psrun, ps_worker) running on host i.
+std::vector<pid_t> psrt_pids(const Hosts& hosts, int i) {
+  return pids_running(hosts, i, {PSRUN_PATH, PS_WORKER_PATH});
+}
+
+// Waits until no process of `programs` runs on any host; the seconds it took, or -1.
+double wait_none_running(const Hosts& hosts, const std::vector<std::string>& programs,
+                         std::chrono::milliseconds limit) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < limit) {
+    bool any = false;
+    for (int i = 0; i < hosts.size(); ++i)
+      any = any || !pids_running(hosts, i, programs).empty();
+    if (!any) return std::chrono::duration<double>(Clock::now() - start).count();
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
 }
 
 // Waits until no psrt process is left on any host; the seconds it took, or -1 past `limit`.
@@ -78,6 +101,15 @@ bool wait_output(const ProcessGroup& job, const std::string& needle, int n,
     std::this_thread::sleep_for(20ms);
   }
   return false;
+}
+
+// psrun's own lines ("psrun: ..."), and remote sides' ("psrt remote ..."), for the test's log.
+void show_verdict(const std::string& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("psrun: ") != std::string::npos ||
+        line.find("psrt remote") != std::string::npos || line.find("ERROR") != std::string::npos)
+      std::printf("  | %s\n", line.c_str());
 }
 
 struct Traffic {
@@ -153,6 +185,8 @@ TEST_P(SshJob, AsyncAppliesEveryPushOnceAcrossHosts) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, SshJob, ::testing::Values("tcp", "ucx"));
 
+constexpr const char* kJobSecret = "the-held-jobs-secret-0123456789-0123456789";
+
 // A job of 3 hosts that holds (rounds of exact sums until the stop file exists), with every
 // worker past its first round; PSRT_PEER_TIMEOUT_MS=3000.
 struct HeldJob {
@@ -161,16 +195,26 @@ struct HeldJob {
   ProcessGroup job;
   explicit HeldJob(Hosts& h, const std::string& log_name)
       : hosts(h),
-        job(psrun_on_host0(h, "PSRT_PEER_TIMEOUT_MS=3000",
+        job(psrun_on_host0(h, std::string("PSRT_PEER_TIMEOUT_MS=3000 PSRT_SECRET=") + kJobSecret,
                            "--transport tcp -n 3 -s 2 --aggregate sum --lr 1 -H " + h.address(0) +
                                "," + h.address(1) + "," + h.address(2) + " --server-hosts " +
                                h.address(0) + "," + h.address(1),
                            "hold --stop-file " + stop.string()),
             scratch(log_name)) {}
-  bool started() { return wait_output(job, "HOLDING rank", 3, 60s); }
+  // Every worker past its first round, and psrt processes running on every host.
+  bool started() {
+    if (!wait_output(job, "HOLDING rank", 3, 60s)) return false;
+    for (int i = 0; i < hosts.size(); ++i)
+      if (psrt_pids(hosts, i).empty()) {
+        ADD_FAILURE() << "no psrt process on host " << i;
+        return false;
+      }
+    return true;
+  }
 };
 
 constexpr auto kPeerTimeout = 3s;
+constexpr const char* kSleep = "/usr/bin/sleep";
 // The bound on noticing a lost host and stopping the rest: ssh's ServerAlive (3 x 1 s) or the
 // scheduler's peer timeout, then the launcher's kill grace (3 s), with room for a loaded machine.
 constexpr auto kFaultBound = kPeerTimeout + 3s + 6s;
@@ -185,6 +229,8 @@ TEST(SshJobFault, AHostWhoseProcessesAreKilledIsNamedAndNothingIsLeft) {
   const int rc = held.job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound));
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string out = held.job.out();
+  std::printf("psrun ended %.1f s after host 2 was killed:\n", seconds);
+  show_verdict(out);
   ASSERT_NE(rc, -1) << "psrun still running " << seconds << " s after host 2 was killed\n" << out;
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("worker 2@" + hosts.address(2)), std::string::npos) << out;
@@ -202,25 +248,68 @@ TEST(SshJobFault, AHostWhoseLinkGoesDownIsNamedWithinTheBoundAndNothingIsLeft) {
   const int rc = held.job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound));
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string out = held.job.out();
+  std::printf("psrun ended %.1f s after host 2's link went down:\n", seconds);
+  show_verdict(out);
   ASSERT_NE(rc, -1) << "psrun still running " << seconds << " s after host 2's link went down\n"
                     << out;
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("@" + hosts.address(2)), std::string::npos) << out;
+  EXPECT_NE(out.find("psrun: the scheduler's verdict: worker 2 (" + hosts.address(2) + ":"),
+            std::string::npos)
+      << out;
   // Host 2, cut off, stops its own processes when psrun's keepalives stop coming.
-  EXPECT_GE(wait_no_psrt_process(hosts, kFaultBound), 0) << "a psrt process was left on a host\n"
-                                                         << out;
+  const double gone = wait_no_psrt_process(hosts, kFaultBound);
+  std::printf("no psrt process on any host %.1f s after psrun ended\n", gone);
+  EXPECT_GE(gone, 0) << "a psrt process was left on a host\n" << out;
+}
+
+// Workers that never exit by themselves (sleep): only the remote side can stop them.
+std::string sleeping_job(const Hosts& hosts) {
+  return "exec " + hosts.exec_prefix(0) +
+         " env PSRT_PEER_TIMEOUT_MS=3000 " PSRUN_PATH " --launcher ssh --ssh-args '" +
+         hosts.ssh_args_string() + "' --transport tcp -n 2 -s 1 -H " + hosts.address(1) + "," +
+         hosts.address(2) + " -- " + kSleep + " 300";
+}
+
+bool sleeping_on_hosts_1_and_2(const Hosts& hosts) {
+  for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(20ms))
+    if (!pids_running(hosts, 1, {kSleep}).empty() && !pids_running(hosts, 2, {kSleep}).empty())
+      return true;
+  return false;
 }
 
 TEST(SshJobFault, KilledPsrunLeavesNoProcessOnAnyHost) {
   SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true});
-  HeldJob held(hosts, "killed_psrun.txt");
-  ASSERT_TRUE(held.started()) << held.job.out();
-  ASSERT_EQ(::kill(held.job.pid(), SIGKILL), 0);
-  held.job.wait(5s);
-  const double gone = wait_no_psrt_process(hosts, kFaultBound);
-  EXPECT_GE(gone, 0) << "psrt processes left on a host after psrun was SIGKILLed\n"
-                     << held.job.out();
+  ProcessGroup job(sleeping_job(hosts), scratch("killed_psrun.txt"));
+  ASSERT_TRUE(sleeping_on_hosts_1_and_2(hosts)) << job.out();
+  ASSERT_EQ(::kill(job.pid(), SIGKILL), 0);
+  job.wait(5s);
+  const double gone = wait_none_running(hosts, {kSleep, PSRUN_PATH}, kFaultBound);
+  std::printf("no worker or server on any host %.1f s after psrun was SIGKILLed\n", gone);
+  EXPECT_GE(gone, 0) << "processes left on a host after psrun was SIGKILLed\n" << job.out();
+}
+
+TEST(SshJobFault, ACutOffHostStopsItsProcessesWhenKeepalivesStop) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  ProcessGroup job(sleeping_job(hosts), scratch("cut_off.txt"));
+  ASSERT_TRUE(sleeping_on_hosts_1_and_2(hosts)) << job.out();
+  const auto t0 = Clock::now();
+  hosts.link_down(2);
+  // Host 2 hears nothing from psrun any more: its remote side kills `sleep` at the latest after
+  // the keepalive timeout (PSRT_PEER_TIMEOUT_MS), although no packet can say so (sometimes
+  // sooner: sshd there may fail a write to the dead link and close the session, stdin's EOF).
+  bool gone = false;
+  while (!gone && Clock::now() - t0 < kFaultBound) {
+    gone = pids_running(hosts, 2, {kSleep}).empty();
+    std::this_thread::sleep_for(20ms);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("host 2's worker stopped %.1f s after its link went down\n", seconds);
+  EXPECT_TRUE(gone) << job.out();
+  EXPECT_NE(job.wait(std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)), 0)
+      << job.out();
+  EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, kFaultBound), 0) << job.out();
 }
 
 TEST(SshJobSecurity, AWorkerWithAWrongSecretFromAnotherHostIsRefusedAndTheJobStaysExact) {
@@ -241,11 +330,20 @@ TEST(SshJobSecurity, AWorkerWithAWrongSecretFromAnotherHostIsRefusedAndTheJobSta
                    30s);
   EXPECT_NE(intruder.rc, 0) << intruder.out;
   EXPECT_EQ(count(intruder.out, "PASS"), 0) << intruder.out;
+  // The job secret (psrun's, from its environment) is on no process's command line.
+  const std::string secret = kJobSecret;
+  int scanned = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string cmdline = slurp(e.path() / "cmdline");
+    scanned += cmdline.empty() ? 0 : 1;
+    EXPECT_EQ(cmdline.find(secret), std::string::npos) << e.path() << ": " << cmdline;
+  }
+  EXPECT_GT(scanned, 10);
   std::ofstream(held.stop) << "stop";
   const int rc = held.job.wait(60s);
   EXPECT_EQ(rc, 0) << held.job.out();
   EXPECT_EQ(count(held.job.out(), "PASS hold"), 3) << held.job.out();
-  std::printf("intruder: %s\n", intruder.out.c_str());
+  std::printf("the intruder on host 2 (exit %d):\n%s\n", intruder.rc, intruder.out.c_str());
 }
 
 }  // namespace

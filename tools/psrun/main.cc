@@ -1,17 +1,16 @@
 // psrun: launches a psrt job — the scheduler (inside psrun), S servers and N copies of COMMAND —
 // with the PSRT_* environment (psrun --help-env), prefixes their output, forwards SIGINT and
 // SIGTERM, and stops everything when one process fails.
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <iostream>
 #include <optional>
-
-#include <fmt/core.h>
+#include <thread>
 
 #include "base/interfaces.h"
 #include "base/log.h"
@@ -24,10 +23,10 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
-#include "transport/factory.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
+#include "transport/factory.h"
 
 namespace {
 
@@ -147,9 +146,10 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (!std::getenv("PSRT_SPIN_US") && static_cast<unsigned>(a.workers + a.servers) >= cores) {
     common.emplace_back("PSRT_SPIN_US", "0");
-    PSRT_LOG_INFO("{} workers + {} servers on {} cores: progress threads sleep between events "
-                  "(PSRT_SPIN_US=0; set it to override)",
-                  a.workers, a.servers, cores);
+    PSRT_LOG_INFO(
+        "{} workers + {} servers on {} cores: progress threads sleep between events "
+        "(PSRT_SPIN_US=0; set it to override)",
+        a.workers, a.servers, cores);
   }
   return common;
 }
@@ -208,8 +208,8 @@ int run(const Args& a) {
     const std::string scheduler = a.port != 0 ? join_host_port(where.address, a.port)
                                               : join_host_port(where.address, 0) +
                                                     " (port 0: the real one is chosen at start)";
-    auto job = build_job(a, common_env(a, scheduler, transport, secret, secure, interface),
-                         placement);
+    auto job =
+        build_job(a, common_env(a, scheduler, transport, secret, secure, interface), placement);
     std::cout << runtime::describe_ssh_job(job, ssh_options(a));
     return 0;
   }
@@ -238,10 +238,11 @@ int run(const Args& a) {
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  PSRT_LOG_INFO("job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
-                "(interface {})",
-                a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode,
-                scheduler.address(), where.name.empty() ? "?" : where.name);
+  PSRT_LOG_INFO(
+      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+      "(interface {})",
+      a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
+      where.name.empty() ? "?" : where.name);
   std::unique_ptr<runtime::LaunchBackend> backend;
   if (placement) backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
   else if (a.launcher == "mpi" || a.launcher == "slurm")
@@ -252,6 +253,11 @@ int run(const Args& a) {
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
     std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
     rc = 1;
+  } else if (rc != 0 && !how.ok() && how.code() != ErrorCode::kTimeout &&
+             how.code() != ErrorCode::kOk) {
+    // The scheduler's verdict names the process it lost first (and its host), which the first
+    // process to exit may not be.
+    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
   }
   return rc;
 }
@@ -281,23 +287,32 @@ int main(int argc, char** argv) {
   CLI::App app{"psrun: launch a psrt parameter-server job (scheduler, S servers, N workers)"};
   Args a;
   std::string backends;
-  for (const auto& b : psrt::transport::available_backends()) backends += " " + b;
+  for (const auto& b : psrt::transport::available_backends())
+    backends += " " + b;
   app.add_option("--transport", a.transport,
                  "ucx | tcp (default: the first built of:" + backends + ")")
       ->check(CLI::IsMember(psrt::transport::available_backends()));
   app.add_option("-n,--workers", a.workers, "workers (copies of COMMAND)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("-s,--servers", a.servers, "servers")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("-s,--servers", a.servers, "servers")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--mode", a.mode, "consistency: sync | async | ssp")
       ->check(CLI::IsMember({"sync", "async", "ssp"}))
       ->capture_default_str();
   app.add_option("--staleness", a.staleness, "ssp: rounds a worker may run ahead of the slowest")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  app.add_option("--lr", a.lr, "SGD learning rate")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--momentum", a.momentum, "SGD momentum")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--dampening", a.dampening, "SGD dampening")->check(CLI::Range(0.f, 1.f))->capture_default_str();
+  app.add_option("--lr", a.lr, "SGD learning rate")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", a.momentum, "SGD momentum")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--dampening", a.dampening, "SGD dampening")
+      ->check(CLI::Range(0.f, 1.f))
+      ->capture_default_str();
   app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -317,8 +332,9 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", a.partition_bytes, "max bytes of one slice of a tensor")
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
       ->capture_default_str();
-  app.add_option("--checkpoint-dir", a.checkpoint_dir, "servers checkpoint here; a job restarted "
-                                                       "with the same dir resumes");
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "servers checkpoint here; a job restarted "
+                 "with the same dir resumes");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
       ->capture_default_str();
   app.add_option("--interface", a.interface,
@@ -361,7 +377,8 @@ int main(int argc, char** argv) {
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
   app.add_option("command", a.command,
                  "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
-                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")->expected(-1);
+                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")
+      ->expected(-1);
   app.prefix_command(false);
   app.positionals_at_end(true);
   CLI11_PARSE(app, argc, argv);
@@ -379,7 +396,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     a.command = {pstrain.string(), "--model",  "lenet", "--dataset",
-                 "fashion-mnist",   "--epochs", "1"};
+                 "fashion-mnist",  "--epochs", "1"};
     if (app.count("--workers") == 0) a.workers = 2;
     std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
               << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "
