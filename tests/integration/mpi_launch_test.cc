@@ -35,8 +35,9 @@ bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;
 }
 
-// Processes whose command line holds `marker` (other than this test).
-int running_with(const std::string& marker) {
+// Processes whose command line holds `marker` (other than this test); with `exact`, whose
+// command line is exactly `marker` (arguments joined by spaces).
+int running_with(const std::string& marker, bool exact = false) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
@@ -45,7 +46,7 @@ int running_with(const std::string& marker) {
     std::string cmd = psrt::test::slurp(e.path() / "cmdline");
     for (char& c : cmd)
       if (c == '\0') c = ' ';
-    if (cmd.find(marker) != std::string::npos) ++n;
+    if (exact ? cmd == marker + " " : cmd.find(marker) != std::string::npos) ++n;
   }
   return n;
 }
@@ -97,10 +98,11 @@ TEST_F(MpiLaunch, SigtermReachesEveryRankAndNothingIsLeft) {
   ProcessGroup job(psrt::test::psrun_command("exec", "--launcher mpi -n 2 -s 1",
                                              "/bin/sh -c 'sleep 30' " + marker),
                    log);
-  // Both workers' shells (and nothing else) carry the marker once the job runs.
-  for (int i = 0; i < 200 && running_with(marker) < 2; ++i)
+  // Both workers' shells run once mpirun has started every rank.
+  const std::string shell = "/bin/sh -c sleep 30 " + marker;
+  for (int i = 0; i < 200 && running_with(shell, true) < 2; ++i)
     ::usleep(50'000);
-  ASSERT_EQ(running_with(marker), 2) << psrt::test::slurp(log);
+  ASSERT_EQ(running_with(shell, true), 2) << psrt::test::slurp(log);
   ::kill(job.pid(), SIGTERM);
   EXPECT_EQ(job.wait(std::chrono::seconds(30)), 128 + SIGTERM) << psrt::test::slurp(log);
   EXPECT_TRUE(none_left(marker));
