@@ -1,5 +1,6 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)  # TF_CONFIG (runtime/engine_env.cc)
 
 find_package(ucx CONFIG QUIET)
 psrt_resolve_feature(PSRT_WITH_UCX "${ucx_FOUND}" "libucx-dev")

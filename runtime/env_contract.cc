@@ -12,13 +12,27 @@ namespace psrt::runtime {
 
 const std::vector<EnvVar>& env_contract() {
   static const std::vector<EnvVar> vars = {
-      {"PSRT_ROLE", "worker", "all", "scheduler | server | worker"},
+      {"PSRT_ROLE", "worker", "all",
+       "scheduler | server | worker; unset in a process an engine started (srun, mpirun, TF_CONFIG, "
+       "RANK/WORLD_SIZE): derived from the engine's variables (docs/environment.md)"},
       {"PSRT_RANK", "-1", "server, worker", "rank among its role; -1 = any free rank (workers)"},
       {"PSRT_NUM_WORKERS", "1", "all", "workers at job start (N)"},
       {"PSRT_NUM_SERVERS", "1", "all", "servers (S)"},
       {"PSRT_SCHEDULER", "", "server, worker", "host:port of the scheduler"},
+      {"PSRT_SCHEDULER_HOST", "", "engine-started",
+       "host of global rank 0, which hosts the scheduler (default: the engine's: MASTER_ADDR, "
+       "TF_CONFIG's ps[0], the first host of SLURM_STEP_NODELIST; docs/environment.md)"},
+      {"PSRT_SCHEDULER_PORT", "7450", "engine-started",
+       "port of the scheduler that global rank 0 hosts (default: MASTER_PORT, TF_CONFIG's ps[0] "
+       "port, else 7450)"},
+      {"PSRT_LOCAL_RANK", "", "worker",
+       "set for engine-started processes: rank among the job's processes on this host (pick a "
+       "GPU with it)"},
+      {"PSRT_LOCAL_SIZE", "", "worker", "set for engine-started processes: the job's processes on this host"},
       {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
       {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication (at least 32 characters)"},
+      {"PSRT_SECRET_FILE", "", "all",
+       "file holding the job secret (chmod 600), read when PSRT_SECRET is not set"},
       {"PSRT_SECURE", "0", "all",
        "1 = secure mode (psrun --secure): every message sealed with AES-256-GCM under "
        "per-connection keys from PSRT_SECRET"},

@@ -12,6 +12,7 @@
 #include "ps/auth.h"
 #include "ps/protocol_kernels.h"
 #include "ps/requests.h"
+#include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 #include "runtime/listen_address.h"
 #include "transport/socket.h"
@@ -71,14 +72,18 @@ int run_server_from_env() {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (auto job = adopt_engine_env(); job && job->role != "server")
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: global rank {} is worker {} in this job, not a server: start "
+                            "every rank as `psrun --role-from-env -- PROGRAM`",
+                            job->engine, job->global_rank, job->rank));
   const auto rank = static_cast<std::uint32_t>(env_int("PSRT_RANK", 0, 1 << 20));
   log::set_prefix(fmt::format("server {}", rank));
   auto config = server_config_from_env();
   const auto scheduler_addr = env_string("PSRT_SCHEDULER");
   if (scheduler_addr.empty())
     throw Error(ErrorCode::kInvalidArgument, "PSRT_SCHEDULER is not set: servers run under psrun");
-  const auto secret = env_string("PSRT_SECRET");
-  ps::check_secret_length(secret, "PSRT_SECRET");
+  const auto secret = job_secret_from_env();
   const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
 

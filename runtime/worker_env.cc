@@ -1,22 +1,29 @@
 // Worker::from_env: the worker side of the env contract.
+#include <fmt/core.h>
+
 #include "psrt/psrt.h"
 #include "ps/auth.h"
+#include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 
 namespace psrt {
 
 Worker Worker::from_env() {
   using namespace runtime;
+  if (auto job = adopt_engine_env(); job && (job->role != "worker" || job->hosts_scheduler))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: global rank {} is {}{} in this job, not a plain worker: start "
+                            "every rank as `psrun --role-from-env -- PROGRAM` (docs/environment.md)",
+                            job->engine, job->global_rank,
+                            job->role == "worker" ? "a worker" : "a server",
+                            job->hosts_scheduler ? " and hosts the scheduler" : ""));
   WorkerOptions o;
   o.scheduler = env_string("PSRT_SCHEDULER");
   if (o.scheduler.empty())
     throw Error(ErrorCode::kInvalidArgument,
                 "PSRT_SCHEDULER is not set: start this program with psrun (psrun -n 2 -- PROGRAM)");
   o.transport = env_string("PSRT_TRANSPORT");
-  o.secret = env_string("PSRT_SECRET");
-  if (o.secret.empty())
-    throw Error(ErrorCode::kInvalidArgument, "PSRT_SECRET is not set: start this program with psrun");
-  ps::check_secret_length(o.secret, "PSRT_SECRET");
+  o.secret = job_secret_from_env();
   o.rank = static_cast<int>(env_int("PSRT_RANK", -1, 1 << 20));
   o.op_timeout = env_ms("PSRT_OP_TIMEOUT_MS");
   o.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");

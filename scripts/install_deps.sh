@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config
   libfmt-dev libcli11-dev nlohmann-json3-dev
+  openmpi-bin slurm-wlm munge python3-yaml  # psrun --launcher mpi|slurm, deploy/ tests
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libssl-dev

@@ -25,6 +25,9 @@ struct ProcessSpec {
   // second, sends it SIGINT/SIGTERM/SIGHUP as a line "S<number>\n" on stdin instead of a signal
   // (the remote side forwards it), and only SIGKILL as a signal. Needs stdin_data.
   bool relay = false;
+  // false: its output lines pass through as they are, for a process that prefixes its own
+  // (mpirun or srun running `psrun --role-from-env`, whose lines say role, rank and host).
+  bool prefix_output = true;
 };
 
 struct JobSpec {

@@ -34,10 +34,12 @@ void write_all(int fd, std::string_view data) {
 LineRelay::LineRelay(UniqueFd source, std::string_view label, int sink)
     : source_(std::move(source)), sink_(sink) {
   // Appended piece by piece: g++ 12 warns falsely (-Wrestrict) about "[" + std::string&&.
-  prefix_.reserve(label.size() + 3);
-  prefix_ += '[';
-  prefix_ += label;
-  prefix_ += "] ";
+  if (!label.empty()) {  // an empty label: lines pass through unprefixed
+    prefix_.reserve(label.size() + 3);
+    prefix_ += '[';
+    prefix_ += label;
+    prefix_ += "] ";
+  }
 }
 
 bool LineRelay::read_once() {

@@ -1,5 +1,5 @@
 // Copies one child's output stream to psrun's stdout or stderr, a whole line at a time, each line
-// prefixed with the process's label: "[worker 3] loss 0.12".
+// prefixed with the process's label: "[worker 3] loss 0.12" (no prefix for an empty label).
 #pragma once
 
 #include <cstddef>

@@ -137,11 +137,15 @@ class JobRun {
         }
         detail::SpawnedChild& c = spawned.child;
         children_.push_back(
-            Child{&spec, workers, c.pid, LineRelay(std::move(c.stdout_read), spec.label, out_fd_),
-                  LineRelay(std::move(c.stderr_read), spec.label, err_fd_), std::nullopt, false,
+            Child{&spec, workers, c.pid, LineRelay(std::move(c.stdout_read), prefix(spec), out_fd_),
+                  LineRelay(std::move(c.stderr_read), prefix(spec), err_fd_), std::nullopt, false,
                   std::move(c.stdin_write), Clock::now() + kKeepalive});
       }
     }
+  }
+
+  static std::string_view prefix(const ProcessSpec& spec) {
+    return spec.prefix_output ? std::string_view(spec.label) : std::string_view();
   }
 
   bool has_deadline() const { return phase_ != Phase::kRunning || early_service_.has_value(); }

@@ -23,6 +23,8 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/launch_options.h"
+#include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
 
@@ -48,6 +50,7 @@ struct Args {
   std::string launcher = "local";
   std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
   psrt::psrun::SshFlags ssh;
+  psrt::tools::EngineFlags engine;  // --mpirun-args, --srun-args
   int server_threads = 1;
   std::string server_device = "cpu";
   std::vector<std::string> command;
@@ -74,11 +77,16 @@ std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
   using namespace psrt::psrun;
   const bool ssh_flags = !a.ssh.hosts.empty() || !a.ssh.hostfile.empty() ||
                          !a.ssh.server_hosts.empty() || !a.ssh.ssh_args.empty() || a.ssh.dry_run;
+  if (a.launcher == "mpi" || a.launcher == "slurm") {
+    psrt::tools::check_engine_flags(a.launcher, a.ssh, a.engine);
+    return std::nullopt;
+  }
   if (a.launcher != "ssh") {
     if (ssh_flags)
-      throw psrt::Error(
-          psrt::ErrorCode::kInvalidArgument,
-          "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh");
+      throw psrt::Error(psrt::ErrorCode::kInvalidArgument,
+                        "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh "
+                        "(-H, --hostfile and --dry-run also work with --launcher mpi, --dry-run "
+                        "with --launcher slurm)");
     return std::nullopt;
   }
   std::vector<std::string> server_hosts;
@@ -190,12 +198,13 @@ int run(const Args& a) {
   if (transport.empty()) transport = transport::available_backends().front();
   const std::string interface =
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
-  const InterfaceAddress where = scheduler_interface(interface, placement);
+  const InterfaceAddress where =
+      scheduler_interface(interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
                   psrun::describe_placement(*placement));
-  if (a.ssh.dry_run) {
+  if (a.ssh.dry_run && a.launcher == "ssh") {
     const std::string scheduler = a.port != 0 ? join_host_port(where.address, a.port)
                                               : join_host_port(where.address, 0) +
                                                     " (port 0: the real one is chosen at start)";
@@ -243,10 +252,10 @@ int run(const Args& a) {
       a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
       where.name.empty() ? "?" : where.name);
   std::unique_ptr<runtime::LaunchBackend> backend;
-  if (placement)
-    backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
-  else
-    backend = runtime::make_launch_backend(a.launcher);
+  if (placement) backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
+  else if (a.launcher == "mpi" || a.launcher == "slurm")
+    backend = tools::make_engine_backend(a.launcher, a.ssh, a.engine);
+  else backend = runtime::make_launch_backend(a.launcher);
   int rc = backend->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
@@ -265,6 +274,15 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--internal-remote") == 0)
     return psrt::runtime::run_remote_side(argc - 2, argv + 2);
+  if (argc >= 2 && std::strcmp(argv[1], "--role-from-env") == 0) {
+    int first = (argc >= 3 && std::strcmp(argv[2], "--") == 0) ? 3 : 2;
+    try {
+      return psrt::tools::run_role_from_env({argv + first, argv + argc}, self_exe());
+    } catch (const psrt::Error& e) {
+      std::cerr << "psrt: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--internal-server") == 0) {
     try {
       return psrt::runtime::run_server_from_env();
@@ -341,10 +359,13 @@ int main(int argc, char** argv) {
                "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
   app.add_option("--launcher", a.launcher,
                  "launch backend: local (every process on this host) | ssh (servers and workers "
-                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here)")
-      ->check(CLI::IsMember({"local", "ssh"}))
+                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here) | mpi "
+                 "(OpenMPI's mpirun starts them; -H / --hostfile passed to it) | slurm (srun, "
+                 "inside an allocation)")
+      ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
       ->capture_default_str();
   psrt::psrun::add_ssh_options(app, a.ssh);
+  psrt::tools::add_engine_flags(app, a.engine);
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

@@ -1,0 +1,78 @@
+#include "tools/psrun/launch_options.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "base/interfaces.h"
+#include "psrt/error.h"
+#include "runtime/engine_env.h"
+#include "runtime/launch/engine_launcher.h"
+
+namespace psrt::tools {
+
+void add_engine_flags(CLI::App& app, EngineFlags& f) {
+  app.add_option("--mpirun-args", f.mpirun_args,
+                 "--launcher mpi: more mpirun options, split on spaces (e.g. \"--mca "
+                 "oob_tcp_if_include 10.9.0.0/24\")");
+  app.add_option("--srun-args", f.srun_args,
+                 "--launcher slurm: more srun options, split on spaces");
+}
+
+void check_engine_flags(const std::string& launcher, const psrun::SshFlags& h,
+                        const EngineFlags& f) {
+  if (!h.server_hosts.empty() || !h.ssh_args.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "--server-hosts and --ssh-args need --launcher ssh (mpirun and srun place the "
+                "ranks themselves: servers are ranks 0..S-1)");
+  if (launcher != "mpi" && (!h.hosts.empty() || !h.hostfile.empty() || !f.mpirun_args.empty()))
+    throw Error(ErrorCode::kInvalidArgument,
+                "-H/--hostfile/--mpirun-args need --launcher mpi or ssh (Slurm places the ranks "
+                "on the allocation's nodes)");
+  if (launcher != "slurm" && !f.srun_args.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--srun-args needs --launcher slurm");
+}
+
+std::optional<psrun::Placement> engine_hosts(const std::string& launcher,
+                                             const psrun::SshFlags& h) {
+  psrun::Placement p;
+  try {
+    if (launcher == "mpi" && !h.hosts.empty())
+      for (const auto& hs : psrun::parse_host_list(h.hosts))
+        p.workers.push_back(hs.host);
+    if (launcher == "mpi" && !h.hostfile.empty())
+      for (const auto& hs : psrun::read_hostfile(h.hostfile))
+        p.workers.push_back(hs.host);
+    const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+    if (launcher == "slurm" && nodes && *nodes) p.workers = runtime::slurm_hostnames(nodes);
+  } catch (const Error&) {
+    return std::nullopt;  // the engine reports bad hosts itself
+  }
+  // Only hosts this one has a route to (a name mpirun resolves differently is its business).
+  std::erase_if(p.workers, [](const std::string& host) {
+    try {
+      route_to(host);
+      return false;
+    } catch (const Error&) {
+      return true;
+    }
+  });
+  if (p.workers.empty()) return std::nullopt;
+  return p;
+}
+
+std::unique_ptr<runtime::LaunchBackend> make_engine_backend(const std::string& launcher,
+                                                            const psrun::SshFlags& h,
+                                                            const EngineFlags& f) {
+  runtime::EngineLaunchOptions o;
+  o.dry_run = h.dry_run;
+  if (launcher == "mpi") {
+    if (!h.hosts.empty()) o.host_args = {"-H", h.hosts};
+    if (!h.hostfile.empty()) o.host_args.insert(o.host_args.end(), {"--hostfile", h.hostfile});
+    o.extra_args = psrun::split_ssh_args(f.mpirun_args);
+    return runtime::make_mpi_launcher(std::move(o));
+  }
+  o.extra_args = psrun::split_ssh_args(f.srun_args);
+  return runtime::make_slurm_launcher(std::move(o));
+}
+
+}  // namespace psrt::tools
