@@ -12,15 +12,16 @@
 
 namespace psrt::runtime {
 
+// Members have default initialisers so that designated initialisers may leave them out.
 struct ProcessSpec {
-  std::string label;              // "scheduler", "server 0", "worker 3": prefixes output
-  std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
-  std::vector<std::pair<std::string, std::string>> env;  // set on top of psrun's environment
-  std::string host;  // where it runs, for placement and messages; empty = this host
+  std::string label{};              // "scheduler", "server 0", "worker 3": prefixes output
+  std::vector<std::string> argv{};  // argv[0] is looked up in PATH when it has no '/'
+  std::vector<std::pair<std::string, std::string>> env{};  // set on top of psrun's environment
+  std::string host{};  // where it runs, for placement and messages; empty = this host
   // Non-empty: the process's stdin is a pipe from psrun that gets these bytes at start and then
   // stays open for the whole job (the ssh backend sends the environment this way, never on a
   // command line). Empty: stdin is /dev/null.
-  std::string stdin_data;
+  std::string stdin_data{};
   // The process relays for a remote one (ssh): psrun writes a keepalive "\n" to its stdin every
   // second, sends it SIGINT/SIGTERM/SIGHUP as a line "S<number>\n" on stdin instead of a signal
   // (the remote side forwards it), and only SIGKILL as a signal. Needs stdin_data.

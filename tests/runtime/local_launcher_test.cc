@@ -137,7 +137,9 @@ class LocalLauncherTest : public ::testing::Test {
 
   static ProcessSpec sh(std::string label, std::string script,
                         std::vector<std::pair<std::string, std::string>> env = {}) {
-    return ProcessSpec{std::move(label), {"/bin/sh", "-c", std::move(script)}, std::move(env)};
+    return ProcessSpec{.label = std::move(label),
+                       .argv = {"/bin/sh", "-c", std::move(script)},
+                       .env = std::move(env)};
   }
 
   // Runs job_ in this process and returns psrun's status; elapsed_ is set.
@@ -348,7 +350,8 @@ TEST_F(LocalLauncherTest, ServiceExitingNonZeroWhileWorkersRunFailsAtOnce) {
 
 TEST_F(LocalLauncherTest, CommandNotFoundIsReportedAndStopsWhatStarted) {
   job_.services.push_back(sh("scheduler", "exec sleep 30"));
-  job_.workers.push_back({"worker 0", {"psrt-launch-test-no-such-command", "--flag"}, {}});
+  job_.workers.push_back(
+      {.label = "worker 0", .argv = {"psrt-launch-test-no-such-command", "--flag"}});
 
   EXPECT_EQ(run_job(), 1);
   EXPECT_EQ(err(),
@@ -362,7 +365,7 @@ TEST_F(LocalLauncherTest, CommandThatIsNotExecutableIsReported) {
   const std::string script = at("not-executable.sh");
   std::ofstream(script) << "#!/bin/sh\necho hi\n";
   ::chmod(script.c_str(), 0600);
-  job_.workers.push_back({"worker 0", {script}, {}});
+  job_.workers.push_back({.label = "worker 0", .argv = {script}});
 
   EXPECT_EQ(run_job(), 1);
   EXPECT_EQ(err(), "psrun: worker 0: cannot run '" + script + "': Permission denied\n");
@@ -403,7 +406,7 @@ TEST_F(LocalLauncherTest, BackgroundProcessHoldingThePipeDoesNotHoldUpTheEnd) {
 
 TEST_F(LocalLauncherTest, EmptyCommandIsRejectedBeforeAnythingStarts) {
   job_.services.push_back(sh("scheduler", "echo started"));
-  job_.workers.push_back({"worker 0", {}, {}});
+  job_.workers.push_back({.label = "worker 0"});
   try {
     run_job();
     FAIL() << "expected psrt::Error";

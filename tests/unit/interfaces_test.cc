@@ -32,7 +32,9 @@ TEST(Interfaces, ANameOrACidrPicksThatInterfacesAddress) {
   EXPECT_EQ(choose_address("lo", "unused").address, "127.0.0.1");
   EXPECT_EQ(choose_address("127.0.0.0/8", "unused").address, "127.0.0.1");
   EXPECT_EQ(choose_address("127.0.0.0/8", "unused").name, "lo");
-  if (has_ipv6_loopback()) EXPECT_EQ(choose_address("::1/128", "unused").address, "::1");
+  if (has_ipv6_loopback()) {
+    EXPECT_EQ(choose_address("::1/128", "unused").address, "::1");
+  }
 }
 
 TEST(Interfaces, NothingMatchingIsAnErrorListingTheInterfaces) {
@@ -40,7 +42,7 @@ TEST(Interfaces, NothingMatchingIsAnErrorListingTheInterfaces) {
   const std::string unused_net = "126.255.255.0/24";
   for (const auto& a : local_interfaces())
     ASSERT_NE(a.address.rfind("126.255.255.", 0), 0u) << "pick another network for this test";
-  for (const std::string spec :
+  for (const std::string& spec :
        {std::string("nosuch0"), unused_net, std::string("10.0.0/33"), std::string("banana/8")}) {
     try {
       choose_address(spec, "127.0.0.1");
