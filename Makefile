@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # tests' output. Errors and warnings still print, and ctest keeps --output-on-failure.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test test-sanitize fuzz demo check-layers tidy long-functions clean
+.PHONY: all deps configure build test test-sanitize fuzz demo check-layers check-format tidy long-functions clean
 
 all: build
 
@@ -74,6 +74,10 @@ demo: configure
 # Every #include against the layers (README, Layout); CI runs it before the tests.
 check-layers:
 	@scripts/check_layers.sh
+
+# Every tracked C++/CUDA source as clang-format 14 (.clang-format) writes it; CI runs it first.
+check-format: deps
+	@scripts/check_format.sh
 
 # clang-tidy 14 (.clang-tidy) over every project .cc but tests/fuzz, on a configuration of its
 # own without LibTorch (scripts/tidy.sh says why); fails on any diagnostic. Needs no build: the

@@ -37,7 +37,8 @@ class WorkQueue {
   using Run = std::function<void(Item&)>;
 
   // Starts max(1, threads) threads; each runs `on_start` (if any) first, then items.
-  WorkQueue(int threads, Run run, std::function<void()> on_start = {}) : run_(std::move(run)) {
+  WorkQueue(int threads, Run run, const std::function<void()>& on_start = {})
+      : run_(std::move(run)) {
     try {
       for (int i = 0; i < std::max(1, threads); ++i)
         threads_.emplace_back([this, on_start] {

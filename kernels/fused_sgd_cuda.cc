@@ -5,7 +5,6 @@
 #include <fmt/core.h>
 
 #include <cmath>
-
 #include <string>
 
 #include "kernels/fused_sgd_cuda_launch.h"
@@ -27,9 +26,10 @@ void validate(const SliceUpdate& u, std::size_t index, const OptimizerConfig& cf
   }
   if (u.weights == nullptr) invalid(index, "weights is null");
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
-    invalid(index, fmt::format("momentum buffer is null but OptimizerConfig::momentum is {}; pass a "
-                               "buffer of count floats or set momentum to 0",
-                               cfg.momentum));
+    invalid(index,
+            fmt::format("momentum buffer is null but OptimizerConfig::momentum is {}; pass a "
+                        "buffer of count floats or set momentum to 0",
+                        cfg.momentum));
   }
   if (u.grads == nullptr) invalid(index, "grads is null");
   for (int j = 0; j < u.num_grads; ++j) {
@@ -44,10 +44,11 @@ void validate(const SliceUpdate& u, std::size_t index, const OptimizerConfig& cf
 // Validates every slice and the config; returns whether any slice has work.
 bool validate_all(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg) {
   if (!(cfg.max_grad_norm >= 0.f && std::isfinite(cfg.max_grad_norm))) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("fused_sgd_cuda: OptimizerConfig::max_grad_norm is {}; it must be finite "
-                            "and >= 0 (0 = no clipping); nothing was launched",
-                            cfg.max_grad_norm));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("fused_sgd_cuda: OptimizerConfig::max_grad_norm is {}; it must be finite "
+                    "and >= 0 (0 = no clipping); nothing was launched",
+                    cfg.max_grad_norm));
   }
   bool any_work = false;
   for (std::size_t i = 0; i < slices.size(); ++i) {
@@ -59,7 +60,8 @@ bool validate_all(std::span<const SliceUpdate> slices, const OptimizerConfig& cf
 
 }  // namespace
 
-StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg, void* stream) {
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg,
+                          void* stream) {
   if (!validate_all(slices, cfg)) return StepResult{};
   return detail::launch_fused_sgd_cuda(slices.data(), slices.size(), cfg, stream);
 }
@@ -68,7 +70,8 @@ void detail::PreparedLaunchDeleter::operator()(PreparedLaunch* p) const noexcept
   destroy_prepared_fused_sgd_cuda(p);
 }
 
-FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg) {
+FusedSgdCudaBatch::FusedSgdCudaBatch(std::span<const SliceUpdate> slices,
+                                     const OptimizerConfig& cfg) {
   if (cfg.max_grad_norm != 0.f || cfg.skip_nonfinite)
     throw Error(ErrorCode::kInvalidArgument,
                 "FusedSgdCudaBatch: max_grad_norm and skip_nonfinite need the norm pre-pass of "

@@ -23,11 +23,11 @@ namespace psrt::kernels::detail {
 
 namespace {
 
-using ::psrt::device::DeviceGuard;
 using device::LaunchParams;
 using device::NormParams;
 using device::SliceDesc;
 using device::StepControl;
+using ::psrt::device::DeviceGuard;
 
 // A table's worth of pinned host memory and device memory of the same size. Buffers are reused
 // from call to call (one per concurrent caller per device) and never freed: they are small, and
@@ -40,7 +40,7 @@ struct StagingBuffer {
 
 struct DeviceState {
   std::mutex mutex;
-  int grid = 0;  // persistent grid size: SMs x resident blocks per SM; 0 until first use
+  int grid = 0;       // persistent grid size: SMs x resident blocks per SM; 0 until first use
   int norm_grid = 0;  // the same for the pre-pass's norm_kernel
   std::vector<StagingBuffer> free_buffers;
 };
@@ -172,8 +172,8 @@ unsigned long long norm_chunks(const SliceUpdate* slices, std::size_t num_slices
 // Writes the slice table into `host` (table_bytes() of it), with pointers that are valid once the
 // table is copied to `device_table`, and returns the launch parameters that go with it (no
 // pre-pass control: the caller sets that).
-LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices, const OptimizerConfig& cfg,
-                         void* host, void* device_table) {
+LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices,
+                         const OptimizerConfig& cfg, void* host, void* device_table) {
   const bool has_momentum = cfg.momentum != 0.f;
   const std::size_t descs_bytes = num_slices * sizeof(SliceDesc);
   auto* descs = static_cast<SliceDesc*>(host);

@@ -51,7 +51,8 @@ namespace psrt::kernels {
 // no usable device is present; kSystem for other CUDA failures (the message names the failing
 // CUDA call). An empty `slices`, or slices that are all empty, return without touching the GPU
 // (a norm of 0, as the CPU computes for no elements).
-StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg, void* stream);
+StepResult fused_sgd_cuda(std::span<const SliceUpdate> slices, const OptimizerConfig& cfg,
+                          void* stream);
 
 namespace detail {
 struct PreparedLaunch;
@@ -65,9 +66,9 @@ struct PreparedLaunchDeleter {
 // enqueues the kernel, with no host-device copy and no wait. For callers whose buffers stay put
 // from update to update (a benchmark timing the kernel alone with CUDA events; fixed server
 // slots). Every launch applies the same SliceUpdates (first_step included) with the same
-// OptimizerConfig (without the guard and clipping, which need fused_sgd_cuda's pre-pass: a config asking
-// for them is refused with kInvalidArgument), reading the buffers' contents as they are when the kernel runs; results are those of
-// fused_sgd_cuda on the same inputs.
+// OptimizerConfig (without the guard and clipping, which need fused_sgd_cuda's pre-pass: a config
+// asking for them is refused with kInvalidArgument), reading the buffers' contents as they are when
+// the kernel runs; results are those of fused_sgd_cuda on the same inputs.
 class FusedSgdCudaBatch {
  public:
   // Same memory rules and errors as fused_sgd_cuda. Blocking (one small synchronous copy). The

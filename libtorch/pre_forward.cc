@@ -28,7 +28,8 @@ void register_modules(const std::vector<const ::torch::nn::Module*>& modules,
                       DistributedOptimizer::Impl* owner) {
   auto& r = registry();
   std::unique_lock lock(r.mu);
-  for (const auto* m : modules) r.owners[m] = owner;
+  for (const auto* m : modules)
+    r.owners[m] = owner;
   r.size = r.owners.size();
 }
 

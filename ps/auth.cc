@@ -1,6 +1,7 @@
 #include "ps/auth.h"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -9,8 +10,6 @@
 #include <unistd.h>
 
 #include <cstring>
-
-#include <fmt/core.h>
 
 namespace psrt::ps {
 
@@ -65,7 +64,8 @@ std::string generate_secret() {
   if (RAND_bytes(raw, sizeof raw) != 1)
     throw Error(ErrorCode::kSystem, "RAND_bytes failed: cannot generate a job secret");
   std::string hex;
-  for (unsigned char c : raw) hex += fmt::format("{:02x}", c);
+  for (unsigned char c : raw)
+    hex += fmt::format("{:02x}", c);
   return hex;
 }
 

@@ -1,6 +1,7 @@
 #include "ps/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/core.h>
 
 #include "base/fnv.h"
 #include "base/sys_check.h"
@@ -80,7 +79,8 @@ void write_atomically(const std::string& path, std::span<const std::span<const s
   try {
     // A temporary file left by a crash keeps its old mode through O_CREAT.
     if (::fchmod(fd, 0600) != 0) throw sys_error("chmod 600", tmp);
-    for (auto part : parts) write_all_fd(fd, part.data(), part.size(), tmp);
+    for (auto part : parts)
+      write_all_fd(fd, part.data(), part.size(), tmp);
     if (::fsync(fd) != 0) throw sys_error("fsync", tmp);
   } catch (...) {
     ::close(fd);

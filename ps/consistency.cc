@@ -8,9 +8,12 @@ namespace psrt::ps {
 
 std::string_view to_string(Mode m) noexcept {
   switch (m) {
-    case Mode::kSync: return "sync";
-    case Mode::kAsync: return "async";
-    case Mode::kSsp: return "ssp";
+    case Mode::kSync:
+      return "sync";
+    case Mode::kAsync:
+      return "async";
+    case Mode::kSsp:
+      return "ssp";
   }
   return "?";
 }
@@ -31,13 +34,15 @@ std::vector<std::uint32_t> next_update(Mode mode, std::uint64_t staleness,
       if (!std::all_of(live.begin(), live.end(), [](const auto& w) { return w.queued > 0; }))
         return {};
       std::vector<std::uint32_t> all;
-      for (const auto& w : live) all.push_back(w.rank);
+      for (const auto& w : live)
+        all.push_back(w.rank);
       return all;
     }
     case Mode::kAsync:
     case Mode::kSsp: {
       std::uint64_t slowest = UINT64_MAX;
-      for (const auto& w : live) slowest = std::min(slowest, w.applied);
+      for (const auto& w : live)
+        slowest = std::min(slowest, w.applied);
       // The furthest-behind worker with a gradient goes first: it is the one others wait on.
       const WorkerClock* pick = nullptr;
       for (const auto& w : live) {

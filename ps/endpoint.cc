@@ -1,20 +1,21 @@
 #include "ps/endpoint.h"
 
-#include "base/interfaces.h"
-#include "transport/socket.h"
+#include <fmt/core.h>
 
 #include <future>
 
-#include <fmt/core.h>
-
 #include "base/exception_status.h"
+#include "base/interfaces.h"
 #include "base/log.h"
 #include "ps/permissions.h"
+#include "transport/socket.h"
 
 namespace psrt::ps {
 namespace {
 
-std::int64_t now_ticks() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+std::int64_t now_ticks() {
+  return std::chrono::steady_clock::now().time_since_epoch().count();
+}
 
 // "10.0.0.3" of "10.0.0.3:41234": the unit the per-host cap counts.
 std::string host_of(const std::string& address) {
@@ -110,7 +111,9 @@ void Peer::send_error(std::uint64_t request_id, ErrorCode code, const std::strin
   });
 }
 
-void Peer::set_rank(std::uint32_t r) { rank_.store(r, std::memory_order_relaxed); }
+void Peer::set_rank(std::uint32_t r) {
+  rank_.store(r, std::memory_order_relaxed);
+}
 
 std::string Peer::name() const {
   auto r = rank_.load(std::memory_order_relaxed);
@@ -202,9 +205,9 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
                                         std::uint32_t my_rank, Role remote,
                                         std::uint32_t remote_rank,
                                         std::chrono::milliseconds timeout) {
-  std::string what = remote == Role::kScheduler ? std::string("scheduler")
-                                                 : fmt::format("{} {}", to_string(remote),
-                                                               remote_rank);
+  std::string what = remote == Role::kScheduler
+                         ? std::string("scheduler")
+                         : fmt::format("{} {}", to_string(remote), remote_rank);
   std::shared_ptr<transport::Connection> conn;
   {
     std::lock_guard lock(mu_);
@@ -282,8 +285,8 @@ transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request
 // The transport's entry points run on its progress thread, where an exception that escaped would
 // end the process: anything but psrt::Error (std::bad_alloc under a memory limit, a handler's
 // std::exception) becomes an ERROR to the peer naming it, and the connection closes.
-transport::Placement Endpoint::place(transport::Connection& conn,
-                                     std::span<const std::byte> header, std::size_t size) {
+transport::Placement Endpoint::place(transport::Connection& conn, std::span<const std::byte> header,
+                                     std::size_t size) {
   try {
     return place_checked(conn, header, size);
   } catch (const Error&) {
@@ -345,7 +348,8 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
     throw Error(ErrorCode::kAuthentication, why);
   }
   Header h;
-  if (Status s = decode(header, size, limits_, h); !s.ok()) return refuse_at_place(*peer, 0, s, size);
+  if (Status s = decode(header, size, limits_, h); !s.ok())
+    return refuse_at_place(*peer, 0, s, size);
   if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
     return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
   if (carries_data(h.type)) {  // placed by the handler; byte payloads by the endpoint
@@ -426,10 +430,14 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
 
 void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte> payload) {
   switch (peer.state_) {
-    case Peer::State::kAwaitHello: return on_hello(peer, h, payload);
-    case Peer::State::kAwaitAuth: return on_auth(peer, h, payload);
-    case Peer::State::kClientAwaitChallenge: return on_challenge(peer, h, payload);
-    case Peer::State::kClientAwaitWelcome: return on_welcome(peer, h, payload);
+    case Peer::State::kAwaitHello:
+      return on_hello(peer, h, payload);
+    case Peer::State::kAwaitAuth:
+      return on_auth(peer, h, payload);
+    case Peer::State::kClientAwaitChallenge:
+      return on_challenge(peer, h, payload);
+    case Peer::State::kClientAwaitWelcome:
+      return on_welcome(peer, h, payload);
     case Peer::State::kReady:
       return reject(peer, h.request_id,
                     {ErrorCode::kProtocol,
@@ -438,7 +446,9 @@ void Endpoint::handshake(Peer& peer, const Header& h, std::span<const std::byte>
 }
 
 void Endpoint::on_hello(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  auto fail = [&](ErrorCode code, std::string why) {
+    reject(peer, h.request_id, {code, std::move(why)});
+  };
   if (h.type != MsgType::kHello)
     return fail(ErrorCode::kAuthentication,
                 fmt::format("{} before authentication: send HELLO first", to_string(h.type)));
@@ -456,7 +466,9 @@ void Endpoint::on_hello(Peer& peer, const Header& h, std::span<const std::byte> 
 }
 
 void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  auto fail = [&](ErrorCode code, std::string why) {
+    reject(peer, h.request_id, {code, std::move(why)});
+  };
   if (h.type != MsgType::kAuth)
     return fail(ErrorCode::kAuthentication,
                 fmt::format("{} before authentication: send AUTH", to_string(h.type)));
@@ -473,8 +485,8 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
   }
   std::span<const std::byte> cred;
   if (credential) cred = *credential;
-  if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor,
-                                             peer.my_nonce_, peer.their_nonce_, cred))) {
+  if (refused || !same_digest(payload, prove(secret_, "client", client, acceptor, peer.my_nonce_,
+                                             peer.their_nonce_, cred))) {
     const bool holds_secret = same_digest(
         payload, prove(secret_, "client", client, acceptor, peer.my_nonce_, peer.their_nonce_));
     if (!credential && !refused)
@@ -506,10 +518,11 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
 }
 
 void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  auto fail = [&](ErrorCode code, std::string why) {
+    reject(peer, h.request_id, {code, std::move(why)});
+  };
   if (h.type != MsgType::kChallenge)
-    return fail(ErrorCode::kProtocol,
-                fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
+    return fail(ErrorCode::kProtocol, fmt::format("expected CHALLENGE, got {}", to_string(h.type)));
   std::copy(payload.begin(), payload.end(), peer.their_nonce_.begin());
   peer.state_ = Peer::State::kClientAwaitWelcome;
   std::optional<Credential> credential;
@@ -527,13 +540,13 @@ void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::by
 }
 
 void Endpoint::on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload) {
-  auto fail = [&](ErrorCode code, std::string why) { reject(peer, h.request_id, {code, std::move(why)}); };
+  auto fail = [&](ErrorCode code, std::string why) {
+    reject(peer, h.request_id, {code, std::move(why)});
+  };
   if (h.type != MsgType::kWelcome)
-    return fail(ErrorCode::kProtocol,
-                fmt::format("expected WELCOME, got {}", to_string(h.type)));
-  if (!same_digest(payload,
-                   prove(secret_, "acceptor", {self_, peer.hello_rank_},
-                         {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
+    return fail(ErrorCode::kProtocol, fmt::format("expected WELCOME, got {}", to_string(h.type)));
+  if (!same_digest(payload, prove(secret_, "acceptor", {self_, peer.hello_rank_},
+                                  {peer.role_, peer.rank_}, peer.my_nonce_, peer.their_nonce_))) {
     auto cb = std::move(peer.on_handshake_);
     peer.close();
     if (cb)

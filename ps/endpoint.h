@@ -18,17 +18,17 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <thread>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -228,8 +228,9 @@ class Endpoint final : public transport::Receiver {
 
   std::mutex linger_mu_;
   std::condition_variable linger_cv_;
-  std::vector<std::pair<std::chrono::steady_clock::time_point,
-                        std::weak_ptr<transport::Connection>>> lingering_;
+  std::vector<
+      std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<transport::Connection>>>
+      lingering_;
   bool stopping_ = false;
   std::thread linger_thread_;
 };

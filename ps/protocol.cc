@@ -1,10 +1,10 @@
 #include "ps/protocol.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
-
-#include <fmt/core.h>
 
 #include "transport/wire.h"
 
@@ -14,9 +14,13 @@ namespace {
 using wire::load;
 using wire::store;
 
-Status bad(std::string message) { return protocol_error(std::move(message)); }
+Status bad(std::string message) {
+  return protocol_error(std::move(message));
+}
 
-bool is_data(WireType t) { return t != WireType::kBytes; }
+bool is_data(WireType t) {
+  return t != WireType::kBytes;
+}
 
 // The exact payload size of a kFixed or kRecords body.
 std::size_t fixed_size(const Header& h) {
@@ -46,9 +50,12 @@ std::string_view to_string(MsgType t) noexcept {
 
 std::string_view to_string(Role r) noexcept {
   switch (r) {
-    case Role::kScheduler: return "scheduler";
-    case Role::kServer: return "server";
-    case Role::kWorker: return "worker";
+    case Role::kScheduler:
+      return "scheduler";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
   }
   return "?";
 }
@@ -69,10 +76,13 @@ std::string_view to_string(WireType t) noexcept {
 
 std::size_t wire_size(WireType t) noexcept {
   switch (t) {
-    case WireType::kF32: return 4;
+    case WireType::kF32:
+      return 4;
     case WireType::kF16:
-    case WireType::kBF16: return 2;
-    case WireType::kBytes: return 1;
+    case WireType::kBF16:
+      return 2;
+    case WireType::kBytes:
+      return 1;
   }
   return 1;
 }
@@ -100,15 +110,15 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
     return bad(fmt::format("header of {} bytes, expected {}", bytes.size(), kHeaderBytes));
   const std::byte* b = bytes.data();
   if (auto magic = load<std::uint32_t>(b); magic != kMagic)
-    return bad(fmt::format("bad magic {:#010x}: the peer does not speak the psrt PS protocol",
-                           magic));
+    return bad(
+        fmt::format("bad magic {:#010x}: the peer does not speak the psrt PS protocol", magic));
   if (auto v = load<std::uint16_t>(b + 4); v != kProtocolVersion)
-    return bad(fmt::format("protocol version {} but this build speaks version {}; run the same "
-                           "psrt version on every process",
-                           v, kProtocolVersion));
+    return bad(
+        fmt::format("protocol version {} but this build speaks version {}; run the same "
+                    "psrt version on every process",
+                    v, kProtocolVersion));
   auto type = load<std::uint8_t>(b + 6);
-  if (!is_message_type(type))
-    return bad(fmt::format("unknown message type {}", type));
+  if (!is_message_type(type)) return bad(fmt::format("unknown message type {}", type));
   auto dtype = load<std::uint8_t>(b + 7);
   if (dtype > static_cast<std::uint8_t>(WireType::kBytes))
     return bad(fmt::format("unknown dtype {}", dtype));
@@ -127,14 +137,14 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
   const auto name = to_string(h.type);
   switch (body_of(h.type)) {
     case Body::kNone:
-      if (payload_size != 0) return bad(fmt::format("{} carries no payload, got {} bytes", name,
-                                                    payload_size));
+      if (payload_size != 0)
+        return bad(fmt::format("{} carries no payload, got {} bytes", name, payload_size));
       break;
     case Body::kBytes:
       if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
       if (payload_size > kMaxControlBytes)
-        return bad(fmt::format("{} payload of {} bytes exceeds {}", name, payload_size,
-                               kMaxControlBytes));
+        return bad(
+            fmt::format("{} payload of {} bytes exceeds {}", name, payload_size, kMaxControlBytes));
       break;
     case Body::kFixed:
     case Body::kRecords:
@@ -143,8 +153,8 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
         return bad(fmt::format("{} with {} records exceeds the {}-byte control limit", name,
                                h.count, kMaxControlBytes));
       if (payload_size != fixed_size(h))
-        return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size,
-                               fixed_size(h)));
+        return bad(
+            fmt::format("{} payload of {} bytes, expected {}", name, payload_size, fixed_size(h)));
       break;
     case Body::kData:
     case Body::kF32Data:
@@ -216,15 +226,15 @@ Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
     next += s.count;
     slices[i] = s;
   }
-  if (next != total)
-    return bad(fmt::format("slices cover {} of {} elements", next, total));
+  if (next != total) return bad(fmt::format("slices cover {} of {} elements", next, total));
   out = std::move(slices);
   return {};
 }
 
 std::vector<std::byte> encode_ranks(std::span<const std::uint32_t> ranks) {
   std::vector<std::byte> out(ranks.size() * 4);
-  for (std::size_t i = 0; i < ranks.size(); ++i) store<std::uint32_t>(&out[i * 4], ranks[i]);
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    store<std::uint32_t>(&out[i * 4], ranks[i]);
   return out;
 }
 

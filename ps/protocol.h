@@ -55,70 +55,70 @@ using Credential = std::array<std::byte, kCredentialBytes>;
 // the sender → receiver pairs that may send it once authenticated.
 // The header's argument fields (arg0, arg1) have one meaning per message: the accessors of
 // Header name them.
-#define PSRT_PS_MESSAGES(X)                                                                     \
-  /* Handshake, on every connection before anything else (ps/auth.h). */                        \
-  /* client → acceptor: role, rank (or kAnyRank); payload the client's nonce */                 \
-  X(kHello, 1, "HELLO", kFixed, kNonceBytes, kHandshake)                                        \
-  /* acceptor → client: payload the acceptor's nonce */                                         \
-  X(kChallenge, 2, "CHALLENGE", kFixed, kNonceBytes, kHandshake)                                \
-  /* client → acceptor: payload the client's proof of the secret */                             \
-  X(kAuth, 3, "AUTH", kFixed, kDigestBytes, kHandshake)                                         \
-  /* acceptor → client: authenticated; payload the acceptor's proof */                          \
-  X(kWelcome, 4, "WELCOME", kFixed, kDigestBytes, kHandshake)                                   \
-  /* reply to request_id: error_code; payload UTF-8 text */                                     \
-  X(kError, 5, "ERROR", kBytes, 0, kEveryRoute)                                                 \
-  /* Scheduler. */                                                                              \
-  /* role, rank wanted (kAnyRank); payload: a server's listen address */                        \
-  X(kRegister, 6, "REGISTER", kBytes, 0, kServerToScheduler | kWorkerToScheduler)               \
-  /* assigned_rank, live_workers, round = checkpoint to resume; payload addresses; to a */      \
-  /* worker: key, offset = its membership credential (credential_of) */                         \
-  X(kRegisterReply, 7, "REGISTER_REPLY", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)    \
-  X(kUnregister, 8, "UNREGISTER", kNone, 0, kWorkerToScheduler)                                 \
-  X(kUnregisterReply, 9, "UNREGISTER_REPLY", kNone, 0, kSchedulerToWorker)                      \
-  /* key, total (0 = look up only) → LOCATE_REPLY: count SliceRecords */                        \
-  X(kLocate, 10, "LOCATE", kNone, 0, kWorkerToScheduler)                                        \
-  X(kLocateReply, 11, "LOCATE_REPLY", kRecords, kSliceRecordBytes, kSchedulerToWorker)          \
-  X(kBarrier, 12, "BARRIER", kNone, 0, kWorkerToScheduler)                                      \
-  X(kBarrierReply, 13, "BARRIER_REPLY", kNone, 0, kSchedulerToWorker)                           \
-  /* no reply */                                                                                \
-  X(kHeartbeat, 14, "HEARTBEAT", kNone, 0, kServerToScheduler | kWorkerToScheduler)             \
-  /* scheduler → server: count MemberRecords of the live workers; acked */                      \
-  X(kMembership, 15, "MEMBERSHIP", kRecords, kMemberRecordBytes, kSchedulerToServer)            \
-  X(kMembershipAck, 16, "MEMBERSHIP_ACK", kNone, 0, kServerToScheduler)                         \
-  /* scheduler → everyone: error_code (kOk = job finished); payload the reason */               \
-  X(kShutdown, 17, "SHUTDOWN", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)              \
-  /* Server data path: offset/count place the slice in the key's tensor, slice() its index. */  \
-  /* payload count f32 → INIT_REPLY (stored() when this init stored the value) */               \
-  X(kInit, 18, "INIT", kF32Data, 0, kWorkerToServer)                                            \
-  X(kInitReply, 19, "INIT_REPLY", kNone, 0, kServerToWorker)                                    \
-  /* payload the optimizer record → SET_OPTIMIZER_REPLY */                                      \
-  X(kSetOptimizer, 20, "SET_OPTIMIZER", kFixed, kOptimizerRecordBytes, kWorkerToServer)         \
-  X(kSetOptimizerReply, 21, "SET_OPTIMIZER_REPLY", kNone, 0, kServerToWorker)                   \
-  /* PUSH and PUSH_PULL: learning_rate() for this gradient's round, 0 = the configured one */   \
-  /* (a schedule; a round takes its first gradient's). */                                       \
+#define PSRT_PS_MESSAGES(X)                                                                        \
+  /* Handshake, on every connection before anything else (ps/auth.h). */                           \
+  /* client → acceptor: role, rank (or kAnyRank); payload the client's nonce */                  \
+  X(kHello, 1, "HELLO", kFixed, kNonceBytes, kHandshake)                                           \
+  /* acceptor → client: payload the acceptor's nonce */                                          \
+  X(kChallenge, 2, "CHALLENGE", kFixed, kNonceBytes, kHandshake)                                   \
+  /* client → acceptor: payload the client's proof of the secret */                              \
+  X(kAuth, 3, "AUTH", kFixed, kDigestBytes, kHandshake)                                            \
+  /* acceptor → client: authenticated; payload the acceptor's proof */                           \
+  X(kWelcome, 4, "WELCOME", kFixed, kDigestBytes, kHandshake)                                      \
+  /* reply to request_id: error_code; payload UTF-8 text */                                        \
+  X(kError, 5, "ERROR", kBytes, 0, kEveryRoute)                                                    \
+  /* Scheduler. */                                                                                 \
+  /* role, rank wanted (kAnyRank); payload: a server's listen address */                           \
+  X(kRegister, 6, "REGISTER", kBytes, 0, kServerToScheduler | kWorkerToScheduler)                  \
+  /* assigned_rank, live_workers, round = checkpoint to resume; payload addresses; to a */         \
+  /* worker: key, offset = its membership credential (credential_of) */                            \
+  X(kRegisterReply, 7, "REGISTER_REPLY", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)       \
+  X(kUnregister, 8, "UNREGISTER", kNone, 0, kWorkerToScheduler)                                    \
+  X(kUnregisterReply, 9, "UNREGISTER_REPLY", kNone, 0, kSchedulerToWorker)                         \
+  /* key, total (0 = look up only) → LOCATE_REPLY: count SliceRecords */                         \
+  X(kLocate, 10, "LOCATE", kNone, 0, kWorkerToScheduler)                                           \
+  X(kLocateReply, 11, "LOCATE_REPLY", kRecords, kSliceRecordBytes, kSchedulerToWorker)             \
+  X(kBarrier, 12, "BARRIER", kNone, 0, kWorkerToScheduler)                                         \
+  X(kBarrierReply, 13, "BARRIER_REPLY", kNone, 0, kSchedulerToWorker)                              \
+  /* no reply */                                                                                   \
+  X(kHeartbeat, 14, "HEARTBEAT", kNone, 0, kServerToScheduler | kWorkerToScheduler)                \
+  /* scheduler → server: count MemberRecords of the live workers; acked */                       \
+  X(kMembership, 15, "MEMBERSHIP", kRecords, kMemberRecordBytes, kSchedulerToServer)               \
+  X(kMembershipAck, 16, "MEMBERSHIP_ACK", kNone, 0, kServerToScheduler)                            \
+  /* scheduler → everyone: error_code (kOk = job finished); payload the reason */                \
+  X(kShutdown, 17, "SHUTDOWN", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)                 \
+  /* Server data path: offset/count place the slice in the key's tensor, slice() its index. */     \
+  /* payload count f32 → INIT_REPLY (stored() when this init stored the value) */                \
+  X(kInit, 18, "INIT", kF32Data, 0, kWorkerToServer)                                               \
+  X(kInitReply, 19, "INIT_REPLY", kNone, 0, kServerToWorker)                                       \
+  /* payload the optimizer record → SET_OPTIMIZER_REPLY */                                       \
+  X(kSetOptimizer, 20, "SET_OPTIMIZER", kFixed, kOptimizerRecordBytes, kWorkerToServer)            \
+  X(kSetOptimizerReply, 21, "SET_OPTIMIZER_REPLY", kNone, 0, kServerToWorker)                      \
+  /* PUSH and PUSH_PULL: learning_rate() for this gradient's round, 0 = the configured one */      \
+  /* (a schedule; a round takes its first gradient's). */                                          \
   /* payload count × dtype → PUSH_ACK once received */                                          \
-  X(kPush, 22, "PUSH", kData, 0, kWorkerToServer)                                               \
-  X(kPushAck, 23, "PUSH_ACK", kNone, 0, kServerToWorker)                                        \
-  /* → PULL_REPLY once this worker's pushes are applied */                                      \
-  X(kPull, 24, "PULL", kPull, 0, kWorkerToServer)                                               \
-  /* PUSH + PULL in one message */                                                              \
-  X(kPushPull, 25, "PUSH_PULL", kData, 0, kWorkerToServer)                                      \
-  /* payload count f32 weights; round = slice version */                                        \
-  X(kPullReply, 26, "PULL_REPLY", kF32Reply, 0, kServerToWorker)                                \
-  /* CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's */ \
-  /* GPU memory and the server reads or writes them in place; the payload is IpcRecords. */     \
-  /* worker → server → DEVICE_INFO_REPLY; payload empty, or one IpcRecord of a probe buffer */  \
-  /* that a CUDA server opens to prove IPC works (else ERROR) */                                \
-  X(kDeviceInfo, 27, "DEVICE_INFO", kBytes, 0, kWorkerToServer)                                 \
-  /* payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id */               \
-  X(kDeviceInfoReply, 28, "DEVICE_INFO_REPLY", kBytes, 0, kServerToWorker)                      \
-  /* one record: the gradient → PUSH_ACK once the update has read it */                         \
-  X(kPushIpc, 29, "PUSH_IPC", kIpc, kIpcRecordBytes, kWorkerToServer)                           \
-  /* two records: the gradient, then the output → PULL_IPC_REPLY */                             \
-  X(kPushPullIpc, 30, "PUSH_PULL_IPC", kIpc, 2 * kIpcRecordBytes, kWorkerToServer)              \
-  /* one record: the output (f32) → PULL_IPC_REPLY */                                           \
-  X(kPullIpc, 31, "PULL_IPC", kF32Ipc, kIpcRecordBytes, kWorkerToServer)                        \
-  /* no payload: the weights are in the worker's output; round = slice version */               \
+  X(kPush, 22, "PUSH", kData, 0, kWorkerToServer)                                                  \
+  X(kPushAck, 23, "PUSH_ACK", kNone, 0, kServerToWorker)                                           \
+  /* → PULL_REPLY once this worker's pushes are applied */                                       \
+  X(kPull, 24, "PULL", kPull, 0, kWorkerToServer)                                                  \
+  /* PUSH + PULL in one message */                                                                 \
+  X(kPushPull, 25, "PUSH_PULL", kData, 0, kWorkerToServer)                                         \
+  /* payload count f32 weights; round = slice version */                                           \
+  X(kPullReply, 26, "PULL_REPLY", kF32Reply, 0, kServerToWorker)                                   \
+  /* CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's */   \
+  /* GPU memory and the server reads or writes them in place; the payload is IpcRecords. */        \
+  /* worker → server → DEVICE_INFO_REPLY; payload empty, or one IpcRecord of a probe buffer */ \
+  /* that a CUDA server opens to prove IPC works (else ERROR) */                                   \
+  X(kDeviceInfo, 27, "DEVICE_INFO", kBytes, 0, kWorkerToServer)                                    \
+  /* payload lines: the server's device ("cpu" | "cuda:N"), its host's boot id */                  \
+  X(kDeviceInfoReply, 28, "DEVICE_INFO_REPLY", kBytes, 0, kServerToWorker)                         \
+  /* one record: the gradient → PUSH_ACK once the update has read it */                          \
+  X(kPushIpc, 29, "PUSH_IPC", kIpc, kIpcRecordBytes, kWorkerToServer)                              \
+  /* two records: the gradient, then the output → PULL_IPC_REPLY */                              \
+  X(kPushPullIpc, 30, "PUSH_PULL_IPC", kIpc, 2 * kIpcRecordBytes, kWorkerToServer)                 \
+  /* one record: the output (f32) → PULL_IPC_REPLY */                                            \
+  X(kPullIpc, 31, "PULL_IPC", kF32Ipc, kIpcRecordBytes, kWorkerToServer)                           \
+  /* no payload: the weights are in the worker's output; round = slice version */                  \
   X(kPullIpcReply, 32, "PULL_IPC_REPLY", kNone, 0, kServerToWorker)
 
 enum class MsgType : std::uint8_t {
@@ -319,9 +319,13 @@ constexpr const MessageInfo& info(MsgType t) noexcept {
 constexpr bool is_message_type(std::uint8_t value) noexcept {
   return value >= 1 && value <= static_cast<std::uint8_t>(MsgType::kLast);
 }
-constexpr Body body_of(MsgType t) noexcept { return info(t).body; }
+constexpr Body body_of(MsgType t) noexcept {
+  return info(t).body;
+}
 // The handshake's messages (HELLO, CHALLENGE, AUTH, WELCOME), which the endpoint runs itself.
-constexpr bool is_handshake(MsgType t) noexcept { return (info(t).routes & kHandshake) != 0; }
+constexpr bool is_handshake(MsgType t) noexcept {
+  return (info(t).routes & kHandshake) != 0;
+}
 // Whether the payload is data that the receiving handler places (Handler::place: a slice of a
 // tensor, sent in place); other payloads are control bytes the endpoint receives itself.
 constexpr bool carries_data(MsgType t) noexcept {

@@ -15,7 +15,9 @@ namespace {
 using wire::load;
 using wire::store;
 
-Status bad(std::string message) { return protocol_error(std::move(message)); }
+Status bad(std::string message) {
+  return protocol_error(std::move(message));
+}
 
 }  // namespace
 

@@ -1,8 +1,8 @@
 #include "ps/requests.h"
 
-#include <future>
-
 #include <fmt/core.h>
+
+#include <future>
 
 namespace psrt::ps {
 
@@ -39,9 +39,8 @@ bool Requests::complete(const Peer& from, const Header& h, std::span<const std::
   if (!e) return false;
   if (e->peer_id != from.id()) {
     // A reply from the wrong peer: fail the request rather than trust it.
-    e->done(Status(ErrorCode::kProtocol,
-                   fmt::format("{}: answered by {} instead of {}", e->what, from.name(),
-                               e->peer_name)),
+    e->done(Status(ErrorCode::kProtocol, fmt::format("{}: answered by {} instead of {}", e->what,
+                                                     from.name(), e->peer_name)),
             h, {});
     return true;
   }
@@ -103,10 +102,10 @@ Reply Requests::call(Peer& peer, Header h, std::vector<std::byte> payload, std::
                      std::chrono::milliseconds timeout) {
   auto promise = std::make_shared<std::promise<std::pair<Status, Reply>>>();
   auto future = promise->get_future();
-  h.request_id = add(peer, what, [promise](const Status& s, const Header& rh,
-                                          std::span<const std::byte> body) {
-    promise->set_value({s, Reply{rh, {body.begin(), body.end()}}});
-  });
+  h.request_id = add(peer, what,
+                     [promise](const Status& s, const Header& rh, std::span<const std::byte> body) {
+                       promise->set_value({s, Reply{rh, {body.begin(), body.end()}}});
+                     });
   // A send that fails (a dead connection) fails the call at once instead of at its timeout.
   const auto id = h.request_id;
   auto on_sent = [this, id](const Status& s) {

@@ -1,8 +1,8 @@
 #include "ps/scheduler.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
+
+#include <algorithm>
 
 #include "base/exception_status.h"
 #include "base/log.h"
@@ -139,16 +139,16 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
       break;
   }
   if (peer.role() != ps::Role::kWorker)
-    throw Error(ErrorCode::kProtocol, fmt::format("{} from a {}", ps::to_string(h.type),
-                                                  ps::to_string(peer.role())));
+    throw Error(ErrorCode::kProtocol,
+                fmt::format("{} from a {}", ps::to_string(h.type), ps::to_string(peer.role())));
   Lock lock(mu_);
   const std::uint32_t rank = peer.rank();
   auto it = workers_.find(rank);
   if (it == workers_.end() || it->second.get() != &peer)
-    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
-                           fmt::format("{} from a worker that is not a member of the job",
-                                       ps::to_string(h.type)),
-                           false);
+    return peer.send_error(
+        h.request_id, ErrorCode::kInvalidArgument,
+        fmt::format("{} from a worker that is not a member of the job", ps::to_string(h.type)),
+        false);
   if (h.type == MsgType::kUnregister) {
     workers_.erase(it);
     credentials_.erase(rank);
@@ -260,7 +260,8 @@ void Scheduler::admit_pending_locked() {
   std::uint32_t next = 0;
   for (auto& r : ranks) {
     if (r != ps::kAnyRank) continue;
-    while (taken.count(next)) ++next;
+    while (taken.count(next))
+      ++next;
     r = next;
     taken.insert(next);
   }
@@ -276,7 +277,8 @@ void Scheduler::admit_pending_locked() {
   pending_workers_.clear();
   PSRT_LOG_INFO("rendezvous complete: {} servers, {} workers", servers_.size(), workers_.size());
   change_members_locked([this, admitted] {
-    for (const auto& [w, rank] : admitted) reply_register(w, rank);
+    for (const auto& [w, rank] : admitted)
+      reply_register(w, rank);
   });
 }
 
@@ -305,8 +307,7 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
   const std::vector<ps::SliceRecord>* slices = shards_.find(h.key);
   if (!slices && h.total == 0)
     return peer.send_error(h.request_id, ErrorCode::kNotFound,
-                           fmt::format("unknown key {}: no worker has called init() for it",
-                                       h.key),
+                           fmt::format("unknown key {}: no worker has called init() for it", h.key),
                            false);
   try {
     if (!slices) {
@@ -339,7 +340,8 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
         ++q.keys;
         q.slices += slices->size();
       }
-      if (fresh && !config_.checkpoint_dir.empty()) ps::write_manifest(config_.checkpoint_dir, shards_);
+      if (fresh && !config_.checkpoint_dir.empty())
+        ps::write_manifest(config_.checkpoint_dir, shards_);
     }
   } catch (const Error& e) {
     return peer.send_error(h.request_id, e.code(), e.what(), false);
@@ -418,9 +420,10 @@ void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
   // shutdown(), which unregisters.
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
-  auto msg = fmt::format("{} lost: {}; stopping the job (a worker that leaves on purpose must "
-                         "call shutdown())",
-                         it->second->name(), why);
+  auto msg = fmt::format(
+      "{} lost: {}; stopping the job (a worker that leaves on purpose must "
+      "call shutdown())",
+      it->second->name(), why);
   workers_.erase(it);
   credentials_.erase(rank);
   PSRT_LOG_ERROR("{}", msg);
@@ -458,8 +461,10 @@ void Scheduler::finish_locked(const Status& why) {
   auto bytes = ps::as_bytes(text);
   for (auto& s : servers_)
     if (s) s->send_bytes(h, {bytes.begin(), bytes.end()});
-  for (auto& [r, w] : workers_) w->send_bytes(h, {bytes.begin(), bytes.end()});
-  for (auto& [w, r] : pending_workers_) w.peer->send_bytes(h, {bytes.begin(), bytes.end()});
+  for (auto& [r, w] : workers_)
+    w->send_bytes(h, {bytes.begin(), bytes.end()});
+  for (auto& [w, r] : pending_workers_)
+    w.peer->send_bytes(h, {bytes.begin(), bytes.end()});
   cv_.notify_all();
 }
 
@@ -500,11 +505,13 @@ void Scheduler::monitor() {
       if (p && now - std::max(p->last_seen(), resumed) > config_.heartbeat_timeout)
         silent.push_back(p);
     };
-    for (auto& s : servers_) check(s);
-    for (auto& [r, w] : workers_) check(w);
+    for (auto& s : servers_)
+      check(s);
+    for (auto& [r, w] : workers_)
+      check(w);
     for (auto& p : silent) {
-      lost_why_[p->id()] =
-          fmt::format("no heartbeat for {} ms (PSRT_PEER_TIMEOUT_MS)", config_.heartbeat_timeout.count());
+      lost_why_[p->id()] = fmt::format("no heartbeat for {} ms (PSRT_PEER_TIMEOUT_MS)",
+                                       config_.heartbeat_timeout.count());
       p->close();
     }
   }

@@ -1,12 +1,12 @@
 #include "ps/server.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/core.h>
 
 #include "base/exception_status.h"
 #include "base/log.h"
@@ -19,7 +19,9 @@
 namespace psrt::ps {
 namespace {
 
-Error refuse(ErrorCode code, std::string message) { return Error(code, std::move(message)); }
+Error refuse(ErrorCode code, const std::string& message) {
+  return Error(code, message);
+}
 
 }  // namespace
 
@@ -81,8 +83,8 @@ std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) 
 
 Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
   if (peer.role() != Role::kWorker)
-    throw refuse(ErrorCode::kProtocol, fmt::format("{} from a {}", to_string(h.type),
-                                                   to_string(peer.role())));
+    throw refuse(ErrorCode::kProtocol,
+                 fmt::format("{} from a {}", to_string(h.type), to_string(peer.role())));
   {
     // The rank this connection proved must still be that registration's: a rank that left and
     // was given to a new worker is not the old connection's any more.
@@ -140,11 +142,11 @@ void Server::check_init_slice(const Header& h) const {
                              "slice (--partition-bytes {}); init the slices LOCATE returned",
                              h.key, h.slice(), h.total, config_.partition_bytes));
   if (want->offset != h.offset || want->count != h.count)
-    throw refuse(ErrorCode::kInvalidArgument,
-                 fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
-                             "it as [{}, +{}): init the slices LOCATE returned",
-                             h.key, h.slice(), h.offset, h.count, h.total, want->offset,
-                             want->count));
+    throw refuse(
+        ErrorCode::kInvalidArgument,
+        fmt::format("INIT of key {} slice {} as [{}, +{}) of {}, but the shard map cuts "
+                    "it as [{}, +{}): init the slices LOCATE returned",
+                    h.key, h.slice(), h.offset, h.count, h.total, want->offset, want->count));
 }
 
 float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
@@ -302,8 +304,8 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
       try {
         if (config_.resume_round > 0) {
           SliceRecord rec{0, h.slice(), h.offset, h.count};
-          SliceState st =
-              read_slice_checkpoint(config_.checkpoint_dir, config_.resume_round, h.key, rec, h.total);
+          SliceState st = read_slice_checkpoint(config_.checkpoint_dir, config_.resume_round, h.key,
+                                                rec, h.total);
           fresh->weights = std::move(st.weights);
           fresh->momentum = std::move(st.momentum);
           fresh->version = st.version;
@@ -318,7 +320,8 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
         return peer.send_error(h.request_id, e.code(), e.what(), false);
       }
       std::lock_guard members(members_mu_);
-      for (auto r : members_) fresh->workers[r];
+      for (auto r : members_)
+        fresh->workers[r];
       slot = std::move(fresh);
       stored = true;
     }
@@ -463,13 +466,15 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
   if (s.busy || s.readers > 0 || s.workers.empty()) return std::nullopt;
   std::vector<WorkerClock> clocks;
   clocks.reserve(s.workers.size());
-  for (const auto& [rank, w] : s.workers) clocks.push_back({rank, w.queued.size(), w.applied});
+  for (const auto& [rank, w] : s.workers)
+    clocks.push_back({rank, w.queued.size(), w.applied});
   auto ranks = next_update(config_.mode, config_.staleness, clocks);
   if (ranks.empty()) return std::nullopt;
   Update u;
   u.slice = &s;
   u.slowest = UINT64_MAX;
-  for (const auto& c : clocks) u.slowest = std::min(u.slowest, c.applied);
+  for (const auto& c : clocks)
+    u.slowest = std::min(u.slowest, c.applied);
   for (auto r : ranks) {
     auto& w = s.workers.at(r);
     u.grads.push_back(std::move(w.queued.front()));
@@ -567,10 +572,11 @@ void Server::run_update(Update& u) {
         first_step = true;
       }
       std::vector<const void*> grads;
-      for (const auto& g : u.grads) grads.push_back(std::get<HostGrad>(g.where).data.get());
-      const kernels::SliceUpdate k = slice_update(
-          s, u, grads, s.weights.data(), s.momentum.empty() ? nullptr : s.momentum.data(),
-          first_step);
+      for (const auto& g : u.grads)
+        grads.push_back(std::get<HostGrad>(g.where).data.get());
+      const kernels::SliceUpdate k =
+          slice_update(s, u, grads, s.weights.data(),
+                       s.momentum.empty() ? nullptr : s.momentum.data(), first_step);
       result = kernels::apply_update(k, cfg, MemoryType::kHost);
       // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
       // the next applied round is torch's first step again (buffer := gradient).
@@ -676,7 +682,8 @@ void Server::set_members(const std::vector<std::uint32_t>& ranks) {
   std::vector<Slice*> all;
   {
     std::shared_lock lock(slices_mu_);
-    for (auto& [id, s] : slices_) all.push_back(s.get());
+    for (auto& [id, s] : slices_)
+      all.push_back(s.get());
   }
   const std::set<std::uint32_t> live(ranks.begin(), ranks.end());
   for (Slice* s : all) {

@@ -1,8 +1,8 @@
 #include "ps/shard_map.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
+
+#include <algorithm>
 
 namespace psrt::ps {
 
@@ -51,8 +51,8 @@ const std::vector<SliceRecord>& ShardMap::place(std::uint64_t key, std::uint64_t
   std::uint64_t offset = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t count = slice_bounds(total, slice_elems_ * sizeof(float), i)->count;
-    auto server = static_cast<std::uint32_t>(
-        std::min_element(load_.begin(), load_.end()) - load_.begin());
+    auto server =
+        static_cast<std::uint32_t>(std::min_element(load_.begin(), load_.end()) - load_.begin());
     load_[server] += count * sizeof(float);
     slices.push_back({server, static_cast<std::uint32_t>(i), offset, count});
     offset += count;
@@ -61,7 +61,8 @@ const std::vector<SliceRecord>& ShardMap::place(std::uint64_t key, std::uint64_t
 }
 
 void ShardMap::restore(std::uint64_t key, std::uint64_t total, std::vector<SliceRecord> slices) {
-  for (const auto& s : slices) load_[s.server] += s.count * sizeof(float);
+  for (const auto& s : slices)
+    load_[s.server] += s.count * sizeof(float);
   keys_[key] = {total, std::move(slices)};
 }
 

@@ -84,7 +84,8 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
   if (options_.secure) topts.secure_secret = options_.secret;
   transport_ = transport::create_transport(options_.transport, endpoint_, topts);
   try {
-    const auto wanted = options_.rank < 0 ? ps::kAnyRank : static_cast<std::uint32_t>(options_.rank);
+    const auto wanted =
+        options_.rank < 0 ? ps::kAnyRank : static_cast<std::uint32_t>(options_.rank);
     scheduler_ = endpoint_->connect(*transport_, options_.scheduler, wanted, ps::Role::kScheduler,
                                     0, options_.connect_timeout);
     Header h;
@@ -154,15 +155,15 @@ std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::u
   h.type = MsgType::kLocate;
   h.key = key;
   h.total = total;
-  auto reply = requests_.call(*scheduler_, h, {}, fmt::format("LOCATE of key {}", key),
-                              options_.op_timeout);
+  auto reply =
+      requests_.call(*scheduler_, h, {}, fmt::format("LOCATE of key {}", key), options_.op_timeout);
   auto l = std::make_shared<Layout>();
   l->total = reply.header.total;
   if (Status s = ps::decode_slices(reply.payload, l->total,
                                    static_cast<std::uint32_t>(servers_.size()), l->slices);
       !s.ok())
-    throw Error(s.code(), "the scheduler's layout of key " + std::to_string(key) + ": " +
-                              s.message());
+    throw Error(s.code(),
+                "the scheduler's layout of key " + std::to_string(key) + ": " + s.message());
   std::lock_guard lock(layouts_mu_);
   return layouts_.emplace(key, std::move(l)).first->second;
 }
@@ -191,8 +192,7 @@ void Worker::Impl::init(Key key, std::span<const float> value) {
   if (value.empty())
     throw Error(ErrorCode::kInvalidArgument, fmt::format("init of key {} with 0 elements", key));
   layout(key, value.size());  // places the key on first sight; checks its size otherwise
-  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {})
-      .wait();
+  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {}).wait();
 }
 
 struct Worker::Impl::DataOp {
@@ -235,7 +235,7 @@ Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireTy
                              MutableBuffer out) {
   check_open();
   const DataOp op = check_data_op(type, key, grad, dtype, out);
-  const float lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
+  const auto lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
   std::vector<SlicePlan> plans = plan_data_op(op);
   const auto& slices = op.layout->slices;
   auto st =
@@ -381,8 +381,8 @@ void send_through_staging(const std::shared_ptr<ps::Peer>& peer, const ps::Heade
 
 }  // namespace
 
-void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePlan& plan,
-                              float lr, const std::shared_ptr<detail::HandleState>& st) {
+void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePlan& plan, float lr,
+                              const std::shared_ptr<detail::HandleState>& st) {
   Header h;
   h.type = d.type;
   h.dtype = d.replies_weights && !d.sends_grad ? ps::WireType::kF32 : d.dtype;
@@ -496,19 +496,35 @@ void Worker::Impl::on_peer_closed(ps::Peer& peer, const Status& why) {
 
 // --- the public Worker ---
 
-Worker Worker::join(const WorkerOptions& options) { return Worker(std::make_unique<Impl>(options)); }
+Worker Worker::join(const WorkerOptions& options) {
+  return Worker(std::make_unique<Impl>(options));
+}
 Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Worker::Worker(Worker&&) noexcept = default;
 Worker& Worker::operator=(Worker&&) noexcept = default;
 Worker::~Worker() = default;
 
-int Worker::rank() const { return impl_->rank(); }
-int Worker::num_workers() const { return impl_->num_workers(); }
-int Worker::num_servers() const { return impl_->num_servers(); }
-std::uint64_t Worker::resume_round() const { return impl_->resume_round(); }
-void Worker::set_optimizer(const OptimizerConfig& c) { impl_->set_optimizer(c); }
-void Worker::set_learning_rate(float lr) { impl_->set_learning_rate(lr); }
-void Worker::init(Key key, std::span<const float> value) { impl_->init(key, value); }
+int Worker::rank() const {
+  return impl_->rank();
+}
+int Worker::num_workers() const {
+  return impl_->num_workers();
+}
+int Worker::num_servers() const {
+  return impl_->num_servers();
+}
+std::uint64_t Worker::resume_round() const {
+  return impl_->resume_round();
+}
+void Worker::set_optimizer(const OptimizerConfig& c) {
+  impl_->set_optimizer(c);
+}
+void Worker::set_learning_rate(float lr) {
+  impl_->set_learning_rate(lr);
+}
+void Worker::init(Key key, std::span<const float> value) {
+  impl_->init(key, value);
+}
 
 Handle Worker::push(Key key, std::span<const float> grad) {
   return push(key, ConstBuffer{grad.data(), grad.size_bytes()}, GradType::kF32);
@@ -529,7 +545,9 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
                    MutableBuffer{out.data(), out.size_bytes()});
 }
 
-void Worker::barrier() { impl_->barrier(); }
+void Worker::barrier() {
+  impl_->barrier();
+}
 void Worker::shutdown() {
   if (impl_) impl_->shutdown();
 }

@@ -110,7 +110,7 @@ class Worker::Impl final : public ps::Handler {
   std::map<Key, std::shared_ptr<const Layout>> layouts_;
 
   std::mutex staging_mu_;
-  std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;  // by CUDA device
+  std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;      // by CUDA device
   std::map<int, std::unique_ptr<device::IpcExporter>> exporters_;  // by CUDA device
   std::mutex paths_mu_;
   std::vector<DevicePath> paths_;  // by server

@@ -71,13 +71,13 @@ void check_rank(const Global& g, const char* rank_var, const char* size_var) {
 }
 
 Global from_openmpi(const EnvLookup& env) {
-  constexpr const char* fix = "start the job with mpirun (OpenMPI sets it)";
+  constexpr const char* kFix = "start the job with mpirun (OpenMPI sets it)";
   Global g;
   g.engine = "OMPI_COMM_WORLD_RANK";
-  g.rank = to_int("OMPI_COMM_WORLD_RANK", *env("OMPI_COMM_WORLD_RANK"), 0, 1 << 20, fix);
-  g.world = need_int(env, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", 1, 1 << 20, fix);
-  g.local_rank = opt_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, 1 << 20, fix);
-  g.local_size = opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, 1 << 20, fix);
+  g.rank = to_int("OMPI_COMM_WORLD_RANK", *env("OMPI_COMM_WORLD_RANK"), 0, 1 << 20, kFix);
+  g.world = need_int(env, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", 1, 1 << 20, kFix);
+  g.local_rank = opt_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, 1 << 20, kFix);
+  g.local_size = opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, 1 << 20, kFix);
   check_rank(g, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   if (auto a = env("MASTER_ADDR")) g.host = *a;
   if (g.host.empty() && g.local_size == g.world) g.host = "127.0.0.1";  // every rank here
@@ -90,13 +90,13 @@ Global from_openmpi(const EnvLookup& env) {
 }
 
 Global from_torch(const EnvLookup& env) {
-  constexpr const char* fix = "set RANK and WORLD_SIZE as PyTorchJob and torchrun do";
+  constexpr const char* kFix = "set RANK and WORLD_SIZE as PyTorchJob and torchrun do";
   Global g;
   g.engine = "RANK";
-  g.rank = to_int("RANK", *env("RANK"), 0, 1 << 20, fix);
-  g.world = need_int(env, "WORLD_SIZE", "RANK", 1, 1 << 20, fix);
-  g.local_rank = opt_int(env, "LOCAL_RANK", 0, 0, 1 << 20, fix);
-  g.local_size = opt_int(env, "LOCAL_WORLD_SIZE", 1, 1, 1 << 20, fix);
+  g.rank = to_int("RANK", *env("RANK"), 0, 1 << 20, kFix);
+  g.world = need_int(env, "WORLD_SIZE", "RANK", 1, 1 << 20, kFix);
+  g.local_rank = opt_int(env, "LOCAL_RANK", 0, 0, 1 << 20, kFix);
+  g.local_size = opt_int(env, "LOCAL_WORLD_SIZE", 1, 1, 1 << 20, kFix);
   check_rank(g, "RANK", "WORLD_SIZE");
   if (auto a = env("MASTER_ADDR")) g.host = *a;
   if (g.host.empty() && !env("PSRT_SCHEDULER_HOST") && !env("PSRT_SCHEDULER"))
@@ -223,14 +223,15 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
 }
 
 Global from_slurm(const EnvLookup& env, const HostlistExpander& expand) {
-  constexpr const char* fix = "start the processes with srun inside an allocation";
+  constexpr const char* kFix = "start the processes with srun inside an allocation";
   Global g;
   g.engine = "SLURM_PROCID";
-  g.rank = to_int("SLURM_PROCID", *env("SLURM_PROCID"), 0, 1 << 20, fix);
-  g.world = need_int(env, "SLURM_NTASKS", "SLURM_PROCID", 1, 1 << 20, fix);
-  g.local_rank = opt_int(env, "SLURM_LOCALID", 0, 0, 1 << 20, fix);
+  g.rank = to_int("SLURM_PROCID", *env("SLURM_PROCID"), 0, 1 << 20, kFix);
+  g.world = need_int(env, "SLURM_NTASKS", "SLURM_PROCID", 1, 1 << 20, kFix);
+  g.local_rank = opt_int(env, "SLURM_LOCALID", 0, 0, 1 << 20, kFix);
   if (auto per_node = env("SLURM_STEP_TASKS_PER_NODE"))
-    g.local_size = slurm_tasks_on_node(*per_node, opt_int(env, "SLURM_NODEID", 0, 0, 1 << 20, fix));
+    g.local_size =
+        slurm_tasks_on_node(*per_node, opt_int(env, "SLURM_NODEID", 0, 0, 1 << 20, kFix));
   check_rank(g, "SLURM_PROCID", "SLURM_NTASKS");
   if (env("PSRT_SCHEDULER_HOST") || env("PSRT_SCHEDULER")) return g;
   auto nodes = env("SLURM_STEP_NODELIST");

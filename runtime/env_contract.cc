@@ -1,10 +1,10 @@
 #include "runtime/env_contract.h"
 
+#include <fmt/core.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/core.h>
 
 #include "psrt/error.h"
 
@@ -13,7 +13,8 @@ namespace psrt::runtime {
 const std::vector<EnvVar>& env_contract() {
   static const std::vector<EnvVar> vars = {
       {"PSRT_ROLE", "worker", "all",
-       "scheduler | server | worker; unset in a process an engine started (srun, mpirun, TF_CONFIG, "
+       "scheduler | server | worker; unset in a process an engine started (srun, mpirun, "
+       "TF_CONFIG, "
        "RANK/WORLD_SIZE): derived from the engine's variables (docs/environment.md)"},
       {"PSRT_RANK", "-1", "server, worker", "rank among its role; -1 = any free rank (workers)"},
       {"PSRT_NUM_WORKERS", "1", "all", "workers at job start (N)"},
@@ -28,9 +29,11 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_LOCAL_RANK", "", "worker",
        "set for engine-started processes: rank among the job's processes on this host (pick a "
        "GPU with it)"},
-      {"PSRT_LOCAL_SIZE", "", "worker", "set for engine-started processes: the job's processes on this host"},
+      {"PSRT_LOCAL_SIZE", "", "worker",
+       "set for engine-started processes: the job's processes on this host"},
       {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
-      {"PSRT_SECRET", "", "all", "per-job secret for HMAC-SHA256 authentication (at least 32 characters)"},
+      {"PSRT_SECRET", "", "all",
+       "per-job secret for HMAC-SHA256 authentication (at least 32 characters)"},
       {"PSRT_SECRET_FILE", "", "all",
        "file holding the job secret (chmod 600), read when PSRT_SECRET is not set"},
       {"PSRT_SECURE", "0", "all",
@@ -59,7 +62,8 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_CHECKPOINT_DIR", "", "scheduler, server", "checkpoint directory (empty = none)"},
       {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
-      {"PSRT_SERVER_DEVICE", "cpu", "server", "cpu | cuda | cuda:N: where slices live and updates run"},
+      {"PSRT_SERVER_DEVICE", "cpu", "server",
+       "cpu | cuda | cuda:N: where slices live and updates run"},
       {"PSRT_CUDA_IPC", "1", "worker",
        "0 = never share GPU buffers with CUDA servers on this host (stage through host memory)"},
       {"PSRT_SERVER_TRACE", "", "server",

@@ -1,11 +1,12 @@
 #include "runtime/server_process.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <csignal>
 #include <ctime>
 #include <future>
-
-#include <fmt/core.h>
+#include <optional>
 
 #include "base/log.h"
 #include "device/cuda_device.h"
@@ -15,8 +16,8 @@
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 #include "runtime/listen_address.h"
-#include "transport/socket.h"
 #include "transport/factory.h"
+#include "transport/socket.h"
 
 namespace psrt::runtime {
 
@@ -63,20 +64,77 @@ ps::Admission admission_from_env(std::size_t job_processes) {
   return a;
 }
 
-int run_server_from_env() {
-  // Signals are taken synchronously by the main loop below (sigtimedwait); block them before
-  // any thread starts so that every thread inherits the mask.
+namespace {
+
+// Signals are taken synchronously by the main loop (sigtimedwait); blocked before any thread
+// starts so that every thread inherits the mask.
+sigset_t block_stop_signals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
 
+// A process an engine started must be a server rank to run as one.
+void check_engine_rank_is_a_server() {
   if (auto job = adopt_engine_env(); job && job->role != "server")
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: global rank {} is worker {} in this job, not a server: start "
                             "every rank as `psrun --role-from-env -- PROGRAM`",
                             job->engine, job->global_rank, job->rank));
+}
+
+transport::Options server_transport_options(std::size_t partition, const ps::Admission& admission,
+                                            const std::string& secret) {
+  transport::Options topts;
+  topts.max_payload_bytes = partition + ps::kMaxControlBytes;
+  topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
+  topts.accept_timeout = admission.handshake_timeout;
+  topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
+  if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
+  return topts;
+}
+
+// REGISTER with the scheduler, announcing `address`; nullopt when the job had already ended
+// (the workers were done before this server arrived, e.g. a COMMAND that never joined).
+std::optional<ps::Reply> register_server(ps::Requests& requests, ps::Peer& scheduler,
+                                         std::uint32_t rank, std::string address,
+                                         std::chrono::milliseconds timeout) {
+  ps::Header reg;
+  reg.type = ps::MsgType::kRegister;
+  reg.set_role(ps::Role::kServer);
+  reg.set_rank(rank);
+  try {
+    return requests.call(scheduler, reg, ps::encode_lines({&address, 1}), "REGISTER", timeout);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kCancelled) throw;
+    return std::nullopt;
+  }
+}
+
+// Heartbeats to the scheduler until the job ends (SHUTDOWN) or a stop signal comes.
+Status serve_until_stopped(std::future<Status>& ended, const sigset_t& stop_signals,
+                           std::chrono::milliseconds heartbeat, ps::Peer& scheduler) {
+  for (;;) {
+    if (ended.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready)
+      return ended.get();
+    timespec ts{static_cast<time_t>(heartbeat.count() / 1000),
+                static_cast<long>(heartbeat.count() % 1000) * 1'000'000};
+    if (int sig = sigtimedwait(&stop_signals, nullptr, &ts); sig > 0)
+      return Status(ErrorCode::kCancelled, fmt::format("stopped by signal {}", sig));
+    ps::Header hb;
+    hb.type = ps::MsgType::kHeartbeat;
+    scheduler.send(hb);
+  }
+}
+
+}  // namespace
+
+int run_server_from_env() {
+  const sigset_t stop_signals = block_stop_signals();
+  check_engine_rank_is_a_server();
   const auto rank = static_cast<std::uint32_t>(env_int("PSRT_RANK", 0, 1 << 20));
   log::set_prefix(fmt::format("server {}", rank));
   auto config = server_config_from_env();
@@ -86,7 +144,6 @@ int run_server_from_env() {
   const auto secret = job_secret_from_env();
   const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
-
   config.partition_bytes = partition;
   config.num_servers = static_cast<std::uint32_t>(env_int("PSRT_NUM_SERVERS", 1, 1 << 20));
   ps::Server server(config);
@@ -94,14 +151,13 @@ int run_server_from_env() {
   std::shared_ptr<ps::Peer> scheduler;
   std::promise<Status> ended;
   std::atomic<bool> ended_set{false};
-  auto end = [&](const Status& s) {
-    if (!ended_set.exchange(true)) ended.set_value(s);
-  };
   server.on_control = [&](const ps::Header& h, std::span<const std::byte> payload) {
     if (h.type == ps::MsgType::kShutdown) {
       std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
-      auto code = h.shutdown_code();
-      return end(code == ErrorCode::kOk ? Status() : Status(code, why));
+      const auto code = h.shutdown_code();
+      if (!ended_set.exchange(true))
+        ended.set_value(code == ErrorCode::kOk ? Status() : Status(code, why));
+      return;
     }
     if (h.type == ps::MsgType::kRegisterReply) server.set_resume_round(h.round);
     if (scheduler) requests.complete(*scheduler, h, payload);
@@ -116,64 +172,32 @@ int run_server_from_env() {
   auto endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kServer, limits, admission);
   endpoint->set_handler(&server);
   endpoint->set_self_rank(rank);  // proven to every worker in WELCOME
-  transport::Options topts;
-  topts.max_payload_bytes = partition + ps::kMaxControlBytes;
-  topts.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
-  topts.accept_timeout = admission.handshake_timeout;
-  topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
-  if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
+  const transport::Options topts = server_transport_options(partition, admission, secret);
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
   server.set_transport(*transport);
   const auto address =
       transport->listen(transport::join_address(listen_host_from_env(scheduler_addr), 0));
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,
                                 topts.connect_timeout);
-  ps::Header reg;
-  ps::Reply reply;
-  reg.type = ps::MsgType::kRegister;
-  reg.set_role(ps::Role::kServer);
-  reg.set_rank(rank);
-  std::string addr_line = address;
-  try {
-    reply = requests.call(*scheduler, reg, ps::encode_lines({&addr_line, 1}), "REGISTER",
-                          topts.connect_timeout);
-  } catch (const Error& e) {
-    // The workers were done before this server arrived (e.g. a COMMAND that never joined).
-    if (e.code() != ErrorCode::kCancelled) throw;
+  const auto reply = register_server(requests, *scheduler, rank, address, topts.connect_timeout);
+  if (!reply) {
     PSRT_LOG_INFO("the job ended before this server registered");
     transport->shutdown();
     return 0;
   }
-  if (reply.header.round > 0 && config.checkpoint_dir.empty()) {
+  const std::uint64_t round = reply->header.round;
+  if (round > 0 && config.checkpoint_dir.empty()) {
     transport->shutdown();
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("the scheduler resumes from checkpoint round {}, but this server has "
                             "no PSRT_CHECKPOINT_DIR: give every server the job's checkpoint "
                             "directory",
-                            reply.header.round));
+                            round));
   }
   PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
-                ps::to_string(config.mode),
-                reply.header.round ? fmt::format(", resuming round {}", reply.header.round) : "");
-
+                ps::to_string(config.mode), round ? fmt::format(", resuming round {}", round) : "");
   auto result = ended.get_future();
-  Status status;
-  for (;;) {
-    if (result.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready) {
-      status = result.get();
-      break;
-    }
-    timespec ts{static_cast<time_t>(heartbeat.count() / 1000),
-                static_cast<long>(heartbeat.count() % 1000) * 1'000'000};
-    int sig = sigtimedwait(&stop_signals, nullptr, &ts);
-    if (sig > 0) {
-      status = Status(ErrorCode::kCancelled, fmt::format("stopped by signal {}", sig));
-      break;
-    }
-    ps::Header hb;
-    hb.type = ps::MsgType::kHeartbeat;
-    scheduler->send(hb);
-  }
+  const Status status = serve_until_stopped(result, stop_signals, heartbeat, *scheduler);
   server.stop();
   transport->shutdown();
   if (!status.ok()) {

@@ -1,8 +1,8 @@
 // Worker::from_env: the worker side of the env contract.
 #include <fmt/core.h>
 
-#include "psrt/psrt.h"
 #include "ps/auth.h"
+#include "psrt/psrt.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 
@@ -11,12 +11,12 @@ namespace psrt {
 Worker Worker::from_env() {
   using namespace runtime;
   if (auto job = adopt_engine_env(); job && (job->role != "worker" || job->hosts_scheduler))
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: global rank {} is {}{} in this job, not a plain worker: start "
-                            "every rank as `psrun --role-from-env -- PROGRAM` (docs/environment.md)",
-                            job->engine, job->global_rank,
-                            job->role == "worker" ? "a worker" : "a server",
-                            job->hosts_scheduler ? " and hosts the scheduler" : ""));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: global rank {} is {}{} in this job, not a plain worker: start "
+                    "every rank as `psrun --role-from-env -- PROGRAM` (docs/environment.md)",
+                    job->engine, job->global_rank, job->role == "worker" ? "a worker" : "a server",
+                    job->hosts_scheduler ? " and hosts the scheduler" : ""));
   WorkerOptions o;
   o.scheduler = env_string("PSRT_SCHEDULER");
   if (o.scheduler.empty())

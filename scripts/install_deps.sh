@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libssl-dev
-  clang libclang-rt-14-dev clang-tidy universal-ctags
+  clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   python3-matplotlib
   iproute2 openssh-server openssh-client

@@ -62,7 +62,7 @@ class ContextBase {
   // `name` ("tcp", "ucx") names the loop thread and prefixes errors and log lines; a literal.
   ContextBase(std::string_view name, std::shared_ptr<Receiver> receiver, Options options)
       : name_(name),
-        options_(options),
+        options_(std::move(options)),
         receiver_(std::move(receiver)),
         loop_(std::string(name), options.spin) {}
   ~ContextBase() = default;

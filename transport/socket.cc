@@ -61,8 +61,10 @@ SockAddr resolve(const HostPort& hp) {
   std::memcpy(&out.ss, pick->ai_addr, pick->ai_addrlen);
   out.len = pick->ai_addrlen;
   ::freeaddrinfo(res);
-  if (out.family() == AF_INET) v4->sin_port = port;
-  else v6->sin6_port = port;
+  if (out.family() == AF_INET)
+    v4->sin_port = port;
+  else
+    v6->sin6_port = port;
   return out;
 }
 

@@ -21,8 +21,8 @@ enum class ErrorCode : int {
   kTransport,         // the transport library (UCX) reported a failure
   kCancelled,         // shut down before it could finish
   kInternal,
-  kAuthentication,    // the peer could not prove it belongs to the job (wrong secret)
-  kNotFound,          // an unknown key, rank or file
+  kAuthentication,  // the peer could not prove it belongs to the job (wrong secret)
+  kNotFound,        // an unknown key, rank or file
 };
 
 std::string_view to_string(ErrorCode code) noexcept;

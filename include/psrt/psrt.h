@@ -84,10 +84,10 @@ class Handle {
 // How a worker reaches its job. from_env() fills this from the PSRT_* environment; programs
 // that launch processes themselves can fill it directly.
 struct WorkerOptions {
-  std::string scheduler;      // "host:port" (PSRT_SCHEDULER)
-  std::string transport;      // "ucx" or "tcp" (PSRT_TRANSPORT)
-  std::string secret;         // the job secret (PSRT_SECRET)
-  int rank = -1;              // wanted rank, -1 = any free one (PSRT_RANK)
+  std::string scheduler;                              // "host:port" (PSRT_SCHEDULER)
+  std::string transport;                              // "ucx" or "tcp" (PSRT_TRANSPORT)
+  std::string secret;                                 // the job secret (PSRT_SECRET)
+  int rank = -1;                                      // wanted rank, -1 = any free one (PSRT_RANK)
   std::chrono::milliseconds op_timeout{300'000};      // PSRT_OP_TIMEOUT_MS
   std::chrono::milliseconds connect_timeout{30'000};  // PSRT_CONNECT_TIMEOUT_MS
   std::chrono::milliseconds heartbeat{1'000};         // PSRT_HEARTBEAT_MS

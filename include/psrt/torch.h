@@ -7,8 +7,8 @@
 //   #include <psrt/torch.h>
 //   psrt::Worker worker = psrt::Worker::from_env();
 //   Net model;                                            // any torch::nn::Module
-//   psrt::torch::DistributedOptimizer opt(worker, *model, {.sgd = {.lr = 0.05f, .momentum = 0.9f}});
-//   for (auto& batch : loader) {
+//   psrt::torch::DistributedOptimizer opt(worker, *model, {.sgd = {.lr = 0.05f, .momentum =
+//   0.9f}}); for (auto& batch : loader) {
 //     opt.zero_grad();
 //     auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
 //     loss.backward();                                    // gradients are pushed from here on
@@ -52,13 +52,13 @@
 //   in that window (EMA, logging, saving) without synchronize() first. Gradients changed after
 //   backward() (e.g. clipping) are not seen: each was pushed as autograd produced it.
 #pragma once
+#include <torch/nn/module.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/nn/module.h>
 
 #include "psrt/psrt.h"
 

@@ -88,7 +88,7 @@ ProcessSpec mpirun_spec(const JobSpec& job, const EngineLaunchOptions& o) {
   p.prefix_output = false;
   p.env = l.env;
   p.argv = {o.program.empty() ? "mpirun" : o.program};
-  if (::geteuid() == 0) p.argv.push_back("--allow-run-as-root");
+  if (::geteuid() == 0) p.argv.emplace_back("--allow-run-as-root");
   // More ranks than cores is normal here (servers mostly wait); no binding to single cores.
   p.argv.insert(p.argv.end(), {"--oversubscribe", "--bind-to", "none", "-np",
                                std::to_string(l.servers + l.workers)});

@@ -20,8 +20,8 @@ namespace psrt::runtime {
 //    'foo': No such file or directory") fails the job before the rest start.
 //  - Each process runs in its own process group, with stdin on /dev/null (a spec with stdin_data:
 //    a pipe that gets those bytes; a relay spec also gets a keepalive line every second and
-//    SIGINT/SIGTERM/SIGHUP as "S<n>" lines instead of signals, see ProcessSpec). Signals meant for the
-//    job (a terminal's Ctrl-C reaches psrun alone) go to the whole group of every process.
+//    SIGINT/SIGTERM/SIGHUP as "S<n>" lines instead of signals, see ProcessSpec). Signals meant for
+//    the job (a terminal's Ctrl-C reaches psrun alone) go to the whole group of every process.
 //  - Each line a process writes to stdout (stderr) appears on out_fd (err_fd) as
 //    "[<label>] <line>\n", whole; a last line without newline is written with one.
 //  - The job fails at the first process that exits non-zero or by a signal. A service that exits

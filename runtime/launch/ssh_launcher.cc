@@ -74,7 +74,7 @@ ProcessSpec ssh_process(const ProcessSpec& remote, const SshOptions& options) {
       throw Error(ErrorCode::kInvalidArgument, remote.label + ": environment variable " + k +
                                                    " holds a newline; the ssh "
                                                    "launcher passes the environment as lines");
-    local.stdin_data += k + "=" + v + "\n";
+    local.stdin_data.append(k).append("=").append(v).append("\n");
   }
   local.stdin_data += "\n";
   local.relay = true;

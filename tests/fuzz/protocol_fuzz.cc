@@ -115,7 +115,8 @@ Outcome check_ipc(const Header& h, std::span<const std::byte> payload) {
   require(h.dtype != WireType::kBytes, "a CUDA IPC message with a byte dtype");
   require(h.count >= 1 && h.offset < h.total && h.count <= h.total - h.offset,
           "a CUDA IPC slice outside its tensor");
-  require(h.type != MsgType::kPullIpc || h.dtype == WireType::kF32, "PULL_IPC with a non-f32 dtype");
+  require(h.type != MsgType::kPullIpc || h.dtype == WireType::kF32,
+          "PULL_IPC with a non-f32 dtype");
   const std::size_t n = h.type == MsgType::kPushPullIpc ? 2 : 1;
   require(payload.size() == n * kIpcRecordBytes, "CUDA IPC records of another size");
   std::vector<device::IpcRecord> records;

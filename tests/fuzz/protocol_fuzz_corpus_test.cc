@@ -137,12 +137,12 @@ std::map<std::string, Seed> seeds() {
   r.offset = 512;
   r.allocation_bytes = 1 << 20;
   const std::vector<device::IpcRecord> one_record = {r}, two_records = {r, r};
-  s["seed-push-ipc"] = {message(data(MsgType::kPushIpc, WireType::kBF16, 2, 3, 8),
-                                encode_ipc(one_record)),
-                        Outcome::kStructuredAccepted};
-  s["seed-push-pull-ipc"] = {message(data(MsgType::kPushPullIpc, WireType::kF32, 0, 2, 2),
-                                     encode_ipc(two_records)),
-                             Outcome::kStructuredAccepted};
+  s["seed-push-ipc"] = {
+      message(data(MsgType::kPushIpc, WireType::kBF16, 2, 3, 8), encode_ipc(one_record)),
+      Outcome::kStructuredAccepted};
+  s["seed-push-pull-ipc"] = {
+      message(data(MsgType::kPushPullIpc, WireType::kF32, 0, 2, 2), encode_ipc(two_records)),
+      Outcome::kStructuredAccepted};
   s["seed-device-info-probe"] = {message(header(MsgType::kDeviceInfo, 10), encode_ipc(one_record)),
                                  Outcome::kHeaderOnly};
   const std::vector<std::string> info = {"cuda:0", "5f2d0c4e-7a1b-4c3d-9e8f-0a1b2c3d4e5f"};
@@ -183,7 +183,8 @@ std::map<std::string, Seed> malformed() {
   b[kHeaderBytes + 3] = std::byte{0xbf};  // lr becomes negative
   m["negative lr"] = {b, Outcome::kStructuredRejected};
   b = all.at("seed-push-ipc").bytes;
-  for (std::size_t i = 0; i < 8; ++i) b[kHeaderBytes + 72 + i] = std::byte{0};  // allocation 0
+  for (std::size_t i = 0; i < 8; ++i)
+    b[kHeaderBytes + 72 + i] = std::byte{0};  // allocation 0
   m["IPC offset outside its allocation"] = {b, Outcome::kStructuredRejected};
   b = all.at("seed-set-optimizer").bytes;
   b[kHeaderBytes + 16] = std::byte{0x04};  // a flag bit no build defines

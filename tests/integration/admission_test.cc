@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <csignal>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -266,7 +266,8 @@ class RawPeer final : public transport::Receiver {
     if (ps::decode(header, p.dest.size, {}, h).ok()) {
       auto& buf = payloads_[c.id()];
       seen_[c.id()].messages.emplace_back(
-          h, std::vector<std::byte>(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(p.dest.size)));
+          h, std::vector<std::byte>(buf.begin(),
+                                    buf.begin() + static_cast<std::ptrdiff_t>(p.dest.size)));
     }
     cv_.notify_all();
   }

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "ps/endpoint.h"
-#include "psrt/psrt.h"
 #include "ps/requests.h"
+#include "psrt/psrt.h"
 #include "tests/integration/raw_worker.h"
 #include "transport/factory.h"
 
@@ -130,8 +130,8 @@ void run_attacks() {
     for (const auto& [addr, role] : {std::pair{scheduler_addr, ps::Role::kScheduler},
                                      std::pair{servers[0], ps::Role::kServer}}) {
       Client other;
-      auto bad = std::make_shared<ps::Endpoint>("not-the-job-secret", ps::Role::kWorker,
-                                                ps::Limits{});
+      auto bad =
+          std::make_shared<ps::Endpoint>("not-the-job-secret", ps::Role::kWorker, ps::Limits{});
       bad->set_handler(&other);
       auto bt = transport::create_transport(backend, bad);
       std::string what;
@@ -186,10 +186,8 @@ void run_attacks() {
     push.total = loc.header.total;
     push.set_slice(s0.index);
     std::string error;
-    push.request_id = client.requests.add(*peer, "bad PUSH",
-                                          [&](const Status& s, const ps::Header&, auto) {
-                                            error = s.message();
-                                          });
+    push.request_id = client.requests.add(
+        *peer, "bad PUSH", [&](const Status& s, const ps::Header&, auto) { error = s.message(); });
     ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
     peer->send(push, {&b, 1});
     bool closed = client.wait_closed(peer->id());
@@ -208,14 +206,14 @@ void run_attacks() {
     push.set_slice(s0.index);
     push.set_learning_rate(std::bit_cast<float>(0x7fc00000u));  // quiet NaN
     std::string error;
-    push.request_id = client.requests.add(*peer, "PUSH with a NaN learning rate",
-                                          [&](const Status& s, const ps::Header&, auto) {
-                                            error = s.message();
-                                          });
+    push.request_id =
+        client.requests.add(*peer, "PUSH with a NaN learning rate",
+                            [&](const Status& s, const ps::Header&, auto) { error = s.message(); });
     ConstBuffer b{grad.data(), grad.size() * sizeof(float)};
     peer->send(push, {&b, 1});
     bool closed = client.wait_closed(peer->id());
-    expect(closed && has(error, "carries learning rate nan"), "NaN learning rate refused: " + error);
+    expect(closed && has(error, "carries learning rate nan"),
+           "NaN learning rate refused: " + error);
   }
   {  // An unknown key.
     auto peer = server();
@@ -226,9 +224,10 @@ void run_attacks() {
     pull.count = pull.total = 1;
     std::string error;
     std::vector<float> out(1);
-    pull.request_id = client.requests.add(
-        *peer, "PULL of key 999", [&](const Status& s, const ps::Header&, auto) { error = s.message(); },
-        {out.data(), sizeof(float)});
+    pull.request_id =
+        client.requests.add(*peer, "PULL of key 999",
+                            [&](const Status& s, const ps::Header&, auto) { error = s.message(); },
+                            {out.data(), sizeof(float)});
     peer->send(pull);
     bool closed = client.wait_closed(peer->id());
     expect(closed && has(error, "unknown key 999"), "unknown key refused: " + error);

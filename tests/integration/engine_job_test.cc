@@ -14,21 +14,9 @@
 
 namespace {
 
+using psrt::test::free_port;
 using psrt::test::ProcessGroup;
 using psrt::test::Run;
-
-// A port the kernel just handed out and took back: free for the scheduler, barring a race.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 constexpr const char* kSecret = "0123456789abcdef0123456789abcdef-engine-job";
 constexpr const char* kWorker = " exact --rounds 3 --sizes 1,7,1000,4099";
@@ -85,15 +73,19 @@ TEST(EngineJob, TorchRankWorldSizeMasterVariablesAlone) {
 TEST(EngineJob, TfConfigAlone) {
   const std::string ps0 = "127.0.0.1:" + std::to_string(free_port());
   const std::string cluster =
-      "{\"cluster\":{\"ps\":[\"" + ps0 +
-      "\",\"127.0.0.1:1\"],\"chief\":[\"127.0.0.1:2\"],\"worker\":[\"127.0.0.1:3\","
-      "\"127.0.0.1:4\"]},\"task\":{\"type\":\"";
+      R"({"cluster":{"ps":[")" + ps0 +
+      R"(","127.0.0.1:1"],"chief":["127.0.0.1:2"],"worker":["127.0.0.1:3","127.0.0.1:4"]},)"
+      R"("task":{"type":")";
   std::vector<std::string> envs;
   for (const auto& [type, index] : std::vector<std::pair<std::string, int>>{
            {"ps", 0}, {"ps", 1}, {"chief", 0}, {"worker", 0}, {"worker", 1}})
     // One task per pod: servers listen where PSRT_HOST says (the pod's IP in a TFJob).
-    envs.push_back("PSRT_HOST=127.0.0.1 TF_CONFIG='" + cluster + type +
-                   "\",\"index\":" + std::to_string(index) + "}}'");
+    envs.push_back(std::string("PSRT_HOST=127.0.0.1 TF_CONFIG='")
+                       .append(cluster)
+                       .append(type)
+                       .append(R"(","index":)")
+                       .append(std::to_string(index))
+                       .append("}}'"));
   auto r = run_engine_job(envs);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS exact"), 3) << r.out;

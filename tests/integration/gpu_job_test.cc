@@ -113,7 +113,8 @@ TEST_P(GpuJob, CudaServerResumesFromItsCheckpoint) {
   fs::remove_all(dir);
   const std::string args = "--transport " + GetParam() +
                            " -n 2 -s 2 --lr 1 --partition-bytes 4096 --server-device cuda "
-                           "--checkpoint-every 2 --checkpoint-dir " + dir.string();
+                           "--checkpoint-every 2 --checkpoint-dir " +
+                           dir.string();
   auto first = psrun(args, PS_WORKER_PATH " resume --rounds 6 --kill-after 4 --sizes 7,5000");
   EXPECT_NE(first.rc, 0) << first.out;
   EXPECT_EQ(first.count("KILLING after round 4"), 1) << first.out;
@@ -138,8 +139,9 @@ TEST_P(GpuJob, CudaServerSkipsANonFiniteRoundExactly) {
 
 TEST_P(GpuJob, CudaServerClipsExactly) {
   PSRT_REQUIRE_GPU();
-  auto r = psrun("--transport " + GetParam() + " -n 2 --lr 1 --max-grad-norm 1 --server-device cuda",
-                 PS_WORKER_PATH " clip");
+  auto r =
+      psrun("--transport " + GetParam() + " -n 2 --lr 1 --max-grad-norm 1 --server-device cuda",
+            PS_WORKER_PATH " clip");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("PASS clip"), 2) << r.out;
 }
@@ -167,8 +169,7 @@ TEST(NoGpu, DeviceBufferIsRefusedAndTheWorkerCarriesOn) {
   if (::psrt::testing::no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
   auto r = psrun("--transport tcp -n 1 --lr 1", GPU_WORKER_PATH " no-device");
   EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_EQ(r.count("REFUSED a buffer marked as CUDA memory, but this process cannot use CUDA"),
-            1)
+  EXPECT_EQ(r.count("REFUSED a buffer marked as CUDA memory, but this process cannot use CUDA"), 1)
       << r.out;
   EXPECT_EQ(r.count("PASS no-device"), 1) << r.out;
 }

@@ -4,7 +4,8 @@
 //
 //   gpu_worker device-exact --rounds R [--grad fp32|bf16]  weights and gradients in cudaMalloc'd
 //                                                   memory, sync mean lr 1, closed form each round
-//   gpu_worker no-device                            (no usable GPU) a buffer marked kCuda is refused
+//   gpu_worker no-device                            (no usable GPU) a buffer marked kCuda is
+//   refused
 //                                                   with kUnsupported naming the cause, and a host
 //                                                   push afterwards still works
 #include <cstdio>
@@ -50,7 +51,8 @@ void device_exact(psrt::Worker& w, int rounds, bool bf16) {
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     const std::size_t count = sizes[k];
     std::vector<float> init(count), host(count);
-    for (std::size_t i = 0; i < count; ++i) init[i] = static_cast<float>(i % 5);
+    for (std::size_t i = 0; i < count; ++i)
+      init[i] = static_cast<float>(i % 5);
     w.init(k, init);
     void* d_weights = nullptr;
     void* d_grad = nullptr;
@@ -67,7 +69,8 @@ void device_exact(psrt::Worker& w, int rounds, bool bf16) {
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
       if (bf16) {
         std::vector<std::uint16_t> b(count);
-        for (std::size_t i = 0; i < count; ++i) b[i] = to_bf16(g[i]);
+        for (std::size_t i = 0; i < count; ++i)
+          b[i] = to_bf16(g[i]);
         check(cudaMemcpy(grad, b.data(), count * 2, cudaMemcpyHostToDevice), "cudaMemcpy grad");
       } else {
         check(cudaMemcpy(grad, g.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy grad");
@@ -80,7 +83,8 @@ void device_exact(psrt::Worker& w, int rounds, bool bf16) {
             "cudaMemcpy weights");
       for (std::size_t i = 0; i < count; ++i) {
         auto expect = static_cast<double>(init[i]);
-        for (int u = 0; u <= t; ++u) expect -= (u + 1) * (n + 1) / 2.0 + static_cast<double>(i % 7);
+        for (int u = 0; u <= t; ++u)
+          expect -= (u + 1) * (n + 1) / 2.0 + static_cast<double>(i % 7);
         if (host[i] != static_cast<float>(expect))
           fail("key " + std::to_string(k) + " round " + std::to_string(t) + " element " +
                std::to_string(i) + ": " + std::to_string(host[i]) + ", expected " +
@@ -107,7 +111,8 @@ void no_device(psrt::Worker& w) {
   }
   // Nothing was sent: the job goes on with host memory.
   w.push_pull(0, v, out).wait();
-  if (out[0] != 0.f) fail("after one round of 1s at lr 1 the weights are " + std::to_string(out[0]));
+  if (out[0] != 0.f)
+    fail("after one round of 1s at lr 1 the weights are " + std::to_string(out[0]));
 }
 
 }  // namespace
@@ -120,9 +125,12 @@ int main(int argc, char** argv) {
   [[maybe_unused]] bool bf16 = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rounds") rounds = std::atoi(v.c_str());
-    else if (k == "--grad") bf16 = v == "bf16";
-    else fail("unknown option " + k);
+    if (k == "--rounds")
+      rounds = std::atoi(v.c_str());
+    else if (k == "--grad")
+      bf16 = v == "bf16";
+    else
+      fail("unknown option " + k);
   }
   try {
     psrt::Worker w = psrt::Worker::from_env();

@@ -3,13 +3,13 @@
 // an in-process scheduler facing a server that refuses membership, and requests on dead
 // connections. Every test here failed on the code before its fix.
 #include <gtest/gtest.h>
-#include <csignal>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -352,10 +352,10 @@ TEST_P(InvariantsFaultOom, OutOfMemoryOnAServerRefusesThatMessageOnly) {
   // Every process runs under a 1 GiB address-space limit; rank 0 INITs a slice of 1 GiB (the
   // partition size): the server cannot allocate it. Before: std::bad_alloc escaped the
   // progress thread, the server aborted and the job died.
-  auto r = psrun("ulimit -S -v 1048576 &&",
-                 "--transport " + GetParam() +
-                     " -n 3 --aggregate sum --lr 1 --partition-bytes 1073741824",
-                 "invariants --case oom --rounds 5");
+  auto r = psrun(
+      "ulimit -S -v 1048576 &&",
+      "--transport " + GetParam() + " -n 3 --aggregate sum --lr 1 --partition-bytes 1073741824",
+      "invariants --case oom --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(count(r.out, "OK an INIT the server cannot allocate is refused"), 1) << r.out;
   // The server's own line: "ERROR [server 0] worker 0 (127.0.0.1:P): cannot take the message:

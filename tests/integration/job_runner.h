@@ -7,13 +7,18 @@
 // e.g. "psrt_job_test_"), and its target defines PSRUN_PATH.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -178,6 +183,22 @@ inline Run run_psrun_bounded(const std::string& prefix, const std::string& args,
   }
   r.out = slurp(log);
   return r;
+}
+
+// A TCP port on 127.0.0.1 that the kernel just handed out and took back: free for a scheduler
+// the test starts, barring a race with another process.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) ADD_FAILURE() << "socket: " << std::strerror(errno);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    ADD_FAILURE() << "no free port on 127.0.0.1: " << std::strerror(errno);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace psrt::test

@@ -20,6 +20,8 @@
 
 namespace {
 
+using psrt::test::free_port;
+
 struct Pod {
   std::map<std::string, std::string> env;
   std::string argv;
@@ -91,18 +93,6 @@ TEST(K8sManifest, EveryPodMapsToItsRole) {
   }
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(K8sManifest, ThePodsEnvironmentRunsAnExactJob) {
   if (!have_yaml()) GTEST_SKIP() << "needs /usr/bin/python3 with python3-yaml";
   const Rendered r = render();
@@ -119,7 +109,7 @@ TEST(K8sManifest, ThePodsEnvironmentRunsAnExactJob) {
       if (k == "MASTER_ADDR" || k == "PSRT_HOST") v = "127.0.0.1";
       if (k == "PSRT_SCHEDULER_PORT") v = port;
       if (k == "PSRT_SECRET_FILE") v = secret.string();
-      env += " " + k + "=" + v;
+      env.append(" ").append(k).append("=").append(v);
     }
     script += " " + env +
               " " PSRUN_PATH " --role-from-env -- " PS_WORKER_PATH

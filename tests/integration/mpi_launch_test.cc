@@ -3,10 +3,10 @@
 // --dry-run. Skips without mpirun (Debian openmpi-bin).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <string>
 
@@ -15,21 +15,8 @@
 
 namespace {
 
+using psrt::test::free_port;
 using psrt::test::ProcessGroup;
-using psrt::test::Run;
-
-// A port the kernel just handed out and took back: free for the scheduler, barring a race.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;

@@ -35,7 +35,8 @@ Run psrun(const std::string& env, const std::string& args, const std::string& wo
 std::vector<nlohmann::json> read_trace(const fs::path& p) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(nlohmann::json::parse(line));
   return lines;
 }
 
@@ -57,13 +58,13 @@ TEST_P(JobTest, PerPushLearningRateFollowsTheSchedule) {
 }
 
 TEST_P(JobTest, BadInputIsRefusedAndOthersFinishExactly) {
-  auto r = psrun("", "--transport " + GetParam() + " -n 3 --aggregate sum --lr 1",
-                 "attack --rounds 5");
+  auto r =
+      psrun("", "--transport " + GetParam() + " -n 3 --aggregate sum --lr 1", "attack --rounds 5");
   EXPECT_EQ(r.rc, 0) << r.out;
-  for (const char* check : {"OK wrong secret refused by scheduler", "OK wrong secret refused by server",
-                            "OK wrong version refused", "OK garbage refused",
-                            "OK unauthenticated PULL refused", "OK wrong-length PUSH refused",
-                            "OK unknown key refused", "OK NaN learning rate refused"})
+  for (const char* check :
+       {"OK wrong secret refused by scheduler", "OK wrong secret refused by server",
+        "OK wrong version refused", "OK garbage refused", "OK unauthenticated PULL refused",
+        "OK wrong-length PUSH refused", "OK unknown key refused", "OK NaN learning rate refused"})
     EXPECT_EQ(r.count(check), 1) << check << "\n" << r.out;
   EXPECT_EQ(r.count("PASS attack"), 3) << r.out;
 }
@@ -127,7 +128,8 @@ TEST(Job, SspKeepsEveryWorkerWithinTheStalenessBound) {
     std::uint64_t max_ahead = 0;
     for (const auto& l : lines) {
       ASSERT_EQ(l["ranks"].size(), 1u);
-      const std::uint64_t ahead = l["clocks"][0].get<std::uint64_t>() - l["slowest"].get<std::uint64_t>();
+      const std::uint64_t ahead =
+          l["clocks"][0].get<std::uint64_t>() - l["slowest"].get<std::uint64_t>();
       EXPECT_LE(ahead, static_cast<std::uint64_t>(k)) << l.dump();
       max_ahead = std::max(max_ahead, ahead);
     }
@@ -141,8 +143,9 @@ TEST(Job, ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers) {
   auto trace = scratch("elastic_trace.jsonl");
   auto stop = scratch("elastic_stop");
   scratch("elastic_stop.rank0-left");  // rank 0 writes it once it has left
-  auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 3 --aggregate sum --lr 1",
-                 "elastic --stop-file " + stop.string());
+  auto r =
+      psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 3 --aggregate sum --lr 1",
+            "elastic --stop-file " + stop.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.count("REJOINED as rank 3"), 1) << r.out;
   auto lines = read_trace(trace);
@@ -152,7 +155,8 @@ TEST(Job, ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers) {
   for (std::size_t v = 0; v < lines.size(); ++v) {
     EXPECT_EQ(lines[v]["version"].get<std::size_t>(), v + 1) << "each round exactly once";
     std::set<std::uint32_t> ranks;
-    for (auto& x : lines[v]["ranks"]) ranks.insert(x.get<std::uint32_t>());
+    for (auto& x : lines[v]["ranks"])
+      ranks.insert(x.get<std::uint32_t>());
     EXPECT_FALSE(ranks.count(2) && ranks.count(3)) << "rank 2 and its successor in one round";
     applied += static_cast<double>(ranks.size());
     seen.insert(ranks.begin(), ranks.end());
@@ -203,10 +207,12 @@ TEST(Job, MaxGradNormClipsTheMeanGradientExactly) {
   for (const auto& [args, worker] :
        {std::pair<std::string, std::string>{"--max-grad-norm 1", "clip"},
         std::pair<std::string, std::string>{"", "clip --max-norm 1"}}) {
-    SCOPED_TRACE(args + " / " + worker);  // NOLINT(performance-inefficient-string-concatenation): one line per case
+    SCOPED_TRACE(
+        args + " / " +
+        worker);  // NOLINT(performance-inefficient-string-concatenation): one line per case
     auto trace = scratch("clip_trace.jsonl");
-    auto r = psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 2 --lr 1 " + args,
-                   worker);
+    auto r =
+        psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 2 --lr 1 " + args, worker);
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_EQ(r.count("PASS clip"), 2) << r.out;
     auto lines = read_trace(trace);
@@ -230,8 +236,10 @@ TEST(JobFault, KilledWorkerStopsTheJobNamingIt) {
 
 TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
   auto dir = scratch("ckpt");
-  const std::string args = "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 "
-                           "--checkpoint-every 2 --checkpoint-dir " + dir.string();
+  const std::string args =
+      "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 "
+      "--checkpoint-every 2 --checkpoint-dir " +
+      dir.string();
   auto first = psrun("", args, "resume --rounds 10 --kill-after 4 --sizes 7,5000");
   EXPECT_NE(first.rc, 0) << first.out;
   EXPECT_EQ(first.count("KILLING after round 4"), 1) << first.out;

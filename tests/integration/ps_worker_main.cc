@@ -28,10 +28,10 @@
 //                                                  exists (admission tests attack meanwhile)
 //   ps_worker quota                                PSRT_MAX_KEYS_PER_WORKER=3: the 4th key
 //                                                  is refused, naming the knob
-#include <cmath>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -55,7 +55,7 @@ struct Args {
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
-  float max_norm = 0.f;  // clip: > 0 sets the optimizer through the API
+  float max_norm = 0.f;     // clip: > 0 sets the optimizer through the API
   std::string attack_case;  // invariants: which one
 };
 
@@ -71,12 +71,16 @@ Args parse(int argc, char** argv) {
   a.scenario = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rounds") a.rounds = std::stoi(v);
-    else if (k == "--kill-after") a.kill_after = std::stoi(v);
-    else if (k == "--stop-file") a.stop_file = v;
+    if (k == "--rounds")
+      a.rounds = std::stoi(v);
+    else if (k == "--kill-after")
+      a.kill_after = std::stoi(v);
+    else if (k == "--stop-file")
+      a.stop_file = v;
     else if (k == "--case")
       a.attack_case = v;
-    else if (k == "--start-file") a.start_file = v;
+    else if (k == "--start-file")
+      a.start_file = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
     else if (k == "--sizes") {
@@ -86,12 +90,15 @@ Args parse(int argc, char** argv) {
         a.sizes.push_back(std::stoull(v.substr(p, q - p)));
         p = q == std::string::npos ? v.size() : q + 1;
       }
-    } else fail("unknown option " + k);
+    } else
+      fail("unknown option " + k);
   }
   return a;
 }
 
-float init_value(std::size_t i) { return static_cast<float>(i % 5); }
+float init_value(std::size_t i) {
+  return static_cast<float>(i % 5);
+}
 
 void check_all(const std::vector<float>& got, std::size_t key, const char* what,
                double (*expect)(std::size_t i, const void*), const void* ctx) {
@@ -110,21 +117,27 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
   std::map<std::size_t, std::vector<float>> weights, grads;
   for (std::size_t k = 0; k < a.sizes.size(); ++k) {
     std::vector<float> v(a.sizes[k]);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(i);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = init_value(i);
     w.init(k, v);
     weights[k].resize(v.size());
     grads[k].resize(v.size());
   }
-  for (auto& [k, v] : weights) w.pull(k, v).wait();
-  struct Ctx { int n, rounds; };
+  for (auto& [k, v] : weights)
+    w.pull(k, v).wait();
+  struct Ctx {
+    int n, rounds;
+  };
   auto closed_form = [](std::size_t i, const void* c) {
     auto* x = static_cast<const Ctx*>(c);
     double sum = 0;
-    for (int u = 0; u < x->rounds; ++u) sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
+    for (int u = 0; u < x->rounds; ++u)
+      sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
     return init_value(i) - sum;
   };
   Ctx start{n, first_round};
-  for (auto& [k, v] : weights) check_all(v, k, "at the start", closed_form, &start);
+  for (auto& [k, v] : weights)
+    check_all(v, k, "at the start", closed_form, &start);
   for (int t = first_round; t < a.rounds; ++t) {
     std::vector<psrt::Handle> hs;
     for (auto& [k, g] : grads) {
@@ -132,7 +145,8 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
       hs.push_back(w.push_pull(k, g, weights[k]));
     }
-    for (auto& h : hs) h.wait();
+    for (auto& h : hs)
+      h.wait();
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
@@ -148,7 +162,8 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
 void each_push(psrt::Worker& w, const Args& a) {
   const std::size_t size = a.sizes.back();
   std::vector<float> v(size), g(size, static_cast<float>(w.rank() + 1)), out(size);
-  for (std::size_t i = 0; i < size; ++i) v[i] = init_value(i);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = init_value(i);
   w.init(0, v);
   w.barrier();
   for (int t = 0; t < a.rounds; ++t) {
@@ -174,7 +189,8 @@ void elastic(psrt::Worker& w, const Args& a) {
   std::vector<float> v(size, 0.f), g(size, 1.f), out(size);
   w.init(0, v);
   if (w.rank() == 2) {
-    for (int t = 0; t < 5; ++t) w.push_pull(0, g, out).wait();
+    for (int t = 0; t < 5; ++t)
+      w.push_pull(0, g, out).wait();
     w.shutdown();
     psrt::WorkerOptions o;
     o.scheduler = std::getenv("PSRT_SCHEDULER");
@@ -182,7 +198,8 @@ void elastic(psrt::Worker& w, const Args& a) {
     o.secret = std::getenv("PSRT_SECRET");
     psrt::Worker again = psrt::Worker::join(o);
     std::printf("REJOINED as rank %d\n", again.rank());
-    for (int t = 0; t < 5; ++t) again.push_pull(0, g, out).wait();
+    for (int t = 0; t < 5; ++t)
+      again.push_pull(0, g, out).wait();
     again.shutdown();
     std::FILE* f = std::fopen(a.stop_file.c_str(), "w");
     if (f) std::fclose(f);
@@ -210,7 +227,8 @@ void elastic(psrt::Worker& w, const Args& a) {
 void honest(psrt::Worker& w, const Args& a) {
   const std::size_t size = 4099;
   std::vector<float> v(size), g(size), out(size);
-  for (std::size_t i = 0; i < size; ++i) v[i] = init_value(i);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = init_value(i);
   w.init(0, v);
   w.barrier();
   for (int t = 0; t < a.rounds; ++t) {
@@ -219,7 +237,8 @@ void honest(psrt::Worker& w, const Args& a) {
     w.push_pull(0, g, out).wait();
     for (std::size_t i = 0; i < size; ++i) {
       double drop = 0;
-      for (int u = 0; u <= t; ++u) drop += 5.0 * (u + 1) + 2.0 * static_cast<double>(i % 7);
+      for (int u = 0; u <= t; ++u)
+        drop += 5.0 * (u + 1) + 2.0 * static_cast<double>(i % 7);
       if (out[i] != static_cast<float>(init_value(i) - drop))
         fail("round " + std::to_string(t) + " element " + std::to_string(i) + " is " +
              std::to_string(out[i]) + ", expected " + std::to_string(init_value(i) - drop));

@@ -18,19 +18,8 @@
 namespace {
 
 namespace fs = std::filesystem;
+using psrt::test::free_port;
 using psrt::test::ProcessGroup;
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Processes whose command line holds `marker`, polled (bounded) until none is left.
 bool none_left(const std::string& marker) {

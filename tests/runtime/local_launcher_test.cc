@@ -546,7 +546,7 @@ TEST_F(SignalForwardingTest, SecondSignalWhileStoppingKillsAtOnce) {
 // every second while it runs.
 TEST_F(LocalLauncherTest, RelayProcessGetsItsStdinDataThenKeepalives) {
   ProcessSpec relay =
-      sh("relay", "read first; echo \"first:$first\"; read k; echo \"keepalive:[$k]\"");
+      sh("relay", R"(read first; echo "first:$first"; read k; echo "keepalive:[$k]")");
   relay.stdin_data = "hello\n";
   relay.relay = true;
   job_.workers.push_back(relay);

@@ -105,7 +105,8 @@ bool gone(pid_t pid) {
     std::string line;
     std::getline(stat, line);
     const auto close = line.rfind(')');
-    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z') return true;
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z')
+      return true;
   }
   return false;
 }
@@ -123,7 +124,7 @@ TEST(RemoteSide, TheEnvironmentComesFromStdinAndTheExitStatusIsPassedOn) {
 }
 
 TEST(RemoteSide, EndOfStdinKillsTheCommandsWholeGroup) {
-  Remote r("sleep 300 & echo \"bg $!\"; echo \"sh $$\"; wait", 5000);
+  Remote r(R"(sleep 300 & echo "bg $!"; echo "sh $$"; wait)", 5000);
   r.send("\n");
   ASSERT_TRUE(r.wait_output("sh ")) << r.out();
   ASSERT_TRUE(r.wait_output("\n", 1s));

@@ -135,8 +135,9 @@ TEST(PsbenchKernel, CpuPrintsOneObjectPerParamCountWithTheCopyCeiling) {
 
 // The guard and clipping pre-pass can be timed on the CPU; the line says it was on.
 TEST(PsbenchKernel, CpuTimesTheGuardWhenAsked) {
-  auto r = run("kernel --device cpu --workers 2 --params 5000 --iters 3 --skip-nonfinite "
-               "--max-grad-norm 1.5");
+  auto r =
+      run("kernel --device cpu --workers 2 --params 5000 --iters 3 --skip-nonfinite "
+          "--max-grad-norm 1.5");
   ASSERT_EQ(r.status, 0) << r.out;
   auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 1u) << r.out;

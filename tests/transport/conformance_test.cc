@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <csignal>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -12,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <random>
 #include <thread>
 
@@ -124,7 +124,8 @@ TEST_P(TransportConformance, MixedSizesArriveInSendOrder) {
   start_pair();
   const std::size_t sizes[] = {1 << 20, 16, 0, 3 << 20, 0, 100, 2 << 20, 8, 0};
   std::vector<std::vector<std::byte>> payloads;
-  for (std::size_t i = 0; i < std::size(sizes); ++i) payloads.push_back(pattern(sizes[i], static_cast<int>(i)));
+  for (std::size_t i = 0; i < std::size(sizes); ++i)
+    payloads.push_back(pattern(sizes[i], static_cast<int>(i)));
   SendWaiter w;
   constexpr int kRounds = 20;
   for (int r = 0; r < kRounds; ++r)

@@ -48,9 +48,7 @@ using namespace psrt::ps::test;  // NOLINT(google-build-using-namespace): the sh
 
 class CheckpointSecurity : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = test_dir("psrt_sec_ckpt_");
-  }
+  void SetUp() override { dir_ = test_dir("psrt_sec_ckpt_"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Expects reading key kKey's kSlice at `round` to throw kInvalidArgument naming the file and

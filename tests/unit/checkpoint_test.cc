@@ -22,9 +22,7 @@ using namespace psrt::ps::test;  // NOLINT(google-build-using-namespace): the sh
 
 class Checkpoint : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = test_dir("psrt_unit_ckpt_");
-  }
+  void SetUp() override { dir_ = test_dir("psrt_unit_ckpt_"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Expects `f` to throw a psrt::Error naming `path` and `needle`.

@@ -36,9 +36,8 @@ inline void write_file(const std::string& path, const std::vector<char>& bytes) 
 inline std::string test_dir(const std::string& prefix) {
   namespace fs = std::filesystem;
   const std::string dir =
-      (fs::temp_directory_path() /
-       (prefix + std::to_string(::getpid()) + "_" +
-        testing::UnitTest::GetInstance()->current_test_info()->name()))
+      (fs::temp_directory_path() / (prefix + std::to_string(::getpid()) + "_" +
+                                    testing::UnitTest::GetInstance()->current_test_info()->name()))
           .string();
   fs::remove_all(dir);
   return dir;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "device/cuda_device.h"
-#include "tests/gpu_skip.h"
 #include "device/memory.h"
 #include "ps/device_staging.h"
+#include "tests/gpu_skip.h"
 
 namespace psrt {
 namespace {
@@ -34,8 +34,7 @@ TEST(Device, RefusesOtherNamesNamingTheForms) {
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find("use cpu, cuda (device 0) or cuda:N"),
-                std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("use cpu, cuda (device 0) or cuda:N"), std::string::npos)
           << e.what();
     }
   }
@@ -107,7 +106,8 @@ TEST(DeviceGpu, StagingRoundTripKeepsEveryByteAndRunsCallbacksInOrder) {
   auto dev = device::DeviceMemory::allocate(0, kSlices * kBytes);
   std::vector<std::vector<std::byte>> src(kSlices, std::vector<std::byte>(kBytes));
   for (std::size_t s = 0; s < kSlices; ++s)
-    for (std::size_t i = 0; i < kBytes; ++i) src[s][i] = std::byte((s * 131 + i * 7) & 0xff);
+    for (std::size_t i = 0; i < kBytes; ++i)
+      src[s][i] = std::byte((s * 131 + i * 7) & 0xff);
   std::vector<std::byte> back(kSlices * kBytes, std::byte{0xee});
   std::vector<int> order;
   std::mutex mu;

@@ -489,8 +489,7 @@ TEST(ProtocolRanks, RejectsRaggedListsAndUnassignedRanks) {
 
 // --- optimizer records ---
 
-OptimizerConfig sgd(float lr, float momentum, float dampening, float weight_decay,
-                       bool nesterov) {
+OptimizerConfig sgd(float lr, float momentum, float dampening, float weight_decay, bool nesterov) {
   return {.lr = lr,
           .momentum = momentum,
           .dampening = dampening,
@@ -678,27 +677,27 @@ TEST(ProtocolIpc, RejectsOffsetsOutsideTheAllocationAndWrongSizes) {
 }
 
 TEST(ProtocolIpc, HeadersNeedTheRightNumberOfRecordsAndASlice) {
-  expect_rejected(decode_header(data_header(MsgType::kPushPullIpc, WireType::kF32, 0, 4, 8),
-                                kIpcRecordBytes),
-                  "PUSH_PULL_IPC payload of 144 bytes, expected 288");
+  expect_rejected(
+      decode_header(data_header(MsgType::kPushPullIpc, WireType::kF32, 0, 4, 8), kIpcRecordBytes),
+      "PUSH_PULL_IPC payload of 144 bytes, expected 288");
   expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kF32, 0, 4, 8), 16),
                   "expected 144");
-  expect_rejected(decode_header(data_header(MsgType::kPullIpc, WireType::kBF16, 0, 4, 8),
-                                kIpcRecordBytes),
-                  "must describe f32 values");
-  expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kF32, 6, 4, 8),
-                                kIpcRecordBytes),
-                  "lies outside a tensor");
-  expect_rejected(decode_header(data_header(MsgType::kPushIpc, WireType::kBytes, 0, 4, 8),
-                                kIpcRecordBytes),
-                  "without a data dtype");
+  expect_rejected(
+      decode_header(data_header(MsgType::kPullIpc, WireType::kBF16, 0, 4, 8), kIpcRecordBytes),
+      "must describe f32 values");
+  expect_rejected(
+      decode_header(data_header(MsgType::kPushIpc, WireType::kF32, 6, 4, 8), kIpcRecordBytes),
+      "lies outside a tensor");
+  expect_rejected(
+      decode_header(data_header(MsgType::kPushIpc, WireType::kBytes, 0, 4, 8), kIpcRecordBytes),
+      "without a data dtype");
   expect_rejected(decode_header(control_header(MsgType::kPullIpcReply), 8), "carries no payload");
   // DEVICE_INFO: empty, or a probe record (control bytes).
   EXPECT_TRUE(decode_header(control_header(MsgType::kDeviceInfo), 0).ok());
   EXPECT_TRUE(decode_header(control_header(MsgType::kDeviceInfo), kIpcRecordBytes).ok());
-  expect_rejected(decode_header(data_header(MsgType::kDeviceInfo, WireType::kF32, 0, 4, 8),
-                                kIpcRecordBytes),
-                  "with a data dtype");
+  expect_rejected(
+      decode_header(data_header(MsgType::kDeviceInfo, WireType::kF32, 0, 4, 8), kIpcRecordBytes),
+      "with a data dtype");
 }
 
 }  // namespace

@@ -123,7 +123,9 @@ struct TestWorker {
   void connect(const std::string& scheduler_address) {
     raw = test::connect_raw_worker("tcp", kSecret, handler, scheduler_address);
   }
-  void register_worker() { rank = test::register_raw_worker(raw, handler.requests).header.assigned_rank(); }
+  void register_worker() {
+    rank = test::register_raw_worker(raw, handler.requests).header.assigned_rank();
+  }
   void connect_server(const std::string& address) {
     server = raw.endpoint->connect(*raw.transport, address, rank, Role::kServer, 0, 10s);
   }

@@ -44,7 +44,6 @@ struct KernelBenchConfig {
   bool skip_nonfinite = false;
 };
 
-
 // Prints one JSON line per config.params on stdout. Throws psrt::Error before printing anything
 // when the device cannot run the benchmark: kInvalidArgument for a --device value
 // parse_kernel_device refuses, kUnsupported for --device cuda in a build without

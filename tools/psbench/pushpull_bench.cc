@@ -22,7 +22,8 @@ int run_pushpull_bench(const PushPullConfig& config) {
     std::vector<float> grad(n, 0.f), out(n, 0.f);
     w.init(k, out);
     w.barrier();
-    for (int i = 0; i < config.warmup; ++i) w.push_pull(k, grad, out).wait();
+    for (int i = 0; i < config.warmup; ++i)
+      w.push_pull(k, grad, out).wait();
     w.barrier();
     std::vector<double> rounds_us;
     rounds_us.reserve(config.iters);
@@ -37,11 +38,13 @@ int run_pushpull_bench(const PushPullConfig& config) {
     if (w.rank() != 0) continue;
     std::sort(rounds_us.begin(), rounds_us.end());
     auto pct = [&](double p) {
-      return rounds_us[std::min(rounds_us.size() - 1,
-                                static_cast<std::size_t>(p * static_cast<double>(rounds_us.size())))];
+      return rounds_us[std::min(
+          rounds_us.size() - 1,
+          static_cast<std::size_t>(p * static_cast<double>(rounds_us.size())))];
     };
     // Goodput: gradient bytes pushed plus weight bytes pulled, by every worker, per second.
-    const double bytes = 2.0 * static_cast<double>(n * sizeof(float)) * config.iters * w.num_workers();
+    const double bytes =
+        2.0 * static_cast<double>(n * sizeof(float)) * config.iters * w.num_workers();
     nlohmann::json j = {{"bench", "pushpull"},
                         {"transport", runtime::env_string("PSRT_TRANSPORT")},
                         {"workers", w.num_workers()},

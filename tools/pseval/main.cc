@@ -2,10 +2,10 @@
 // pstrain writes into --train-dir on the test set and prints one JSON line per checkpoint:
 //   {"checkpoint":"D/ckpt-00000938.pt","step":938,"epoch":1,"test_accuracy":0.85,"test_loss":0.41}
 // With --watch it keeps polling until pstrain marks the directory DONE (or --timeout-s passes).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -87,8 +87,9 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"pseval: evaluates every pstrain checkpoint in a directory on the test set, one "
-               "JSON line per checkpoint"};
+  CLI::App app{
+      "pseval: evaluates every pstrain checkpoint in a directory on the test set, one "
+      "JSON line per checkpoint"};
   app.add_option("--train-dir", a.train_dir, "pstrain's --train-dir")->required();
   app.add_option("--data-dir", a.data_dir,
                  "the test data's directory (default: the one the checkpoint names)");

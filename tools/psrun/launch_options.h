@@ -9,7 +9,7 @@
 #include "runtime/launch/launcher.h"
 #include "tools/psrun/ssh_options.h"
 
-namespace CLI {
+namespace CLI {  // NOLINT(readability-identifier-naming): CLI11 names it
 class App;
 }
 

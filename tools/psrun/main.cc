@@ -24,37 +24,14 @@
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
 #include "tools/psrun/launch_options.h"
+#include "tools/psrun/options.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
 
 namespace {
 
-struct Args {
-  std::string transport;
-  int workers = 1;
-  int servers = 1;
-  std::string mode = "sync";
-  int staleness = 0;
-  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
-  bool nesterov = false;
-  float max_grad_norm = 0.f;
-  bool skip_nonfinite = false;
-  std::string aggregate = "mean";
-  std::size_t partition_bytes = std::size_t{4} << 20;
-  std::string checkpoint_dir;
-  std::uint64_t checkpoint_every = 0;
-  int port = 0;
-  std::string secret_file;
-  bool secure = false;
-  std::string launcher = "local";
-  std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
-  psrt::psrun::SshFlags ssh;
-  psrt::tools::EngineFlags engine;  // --mpirun-args, --srun-args
-  int server_threads = 1;
-  std::string server_device = "cpu";
-  std::vector<std::string> command;
-};
+using psrt::psrun::Args;
 
 std::string self_exe() {
   std::error_code ec;
@@ -83,10 +60,11 @@ std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
   }
   if (a.launcher != "ssh") {
     if (ssh_flags)
-      throw psrt::Error(psrt::ErrorCode::kInvalidArgument,
-                        "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh "
-                        "(-H, --hostfile and --dry-run also work with --launcher mpi, --dry-run "
-                        "with --launcher slurm)");
+      throw psrt::Error(
+          psrt::ErrorCode::kInvalidArgument,
+          "-H, --hostfile, --server-hosts, --ssh-args and --dry-run need --launcher ssh "
+          "(-H, --hostfile and --dry-run also work with --launcher mpi, --dry-run "
+          "with --launcher slurm)");
     return std::nullopt;
   }
   std::vector<std::string> server_hosts;
@@ -106,7 +84,7 @@ psrt::InterfaceAddress scheduler_interface(const std::string& spec,
     std::vector<std::string> hosts = placement->servers;
     hosts.insert(hosts.end(), placement->workers.begin(), placement->workers.end());
     for (const auto& host : hosts) {
-      const psrt::InterfaceAddress a = psrt::route_to(host);
+      psrt::InterfaceAddress a = psrt::route_to(host);
       if (!psrt::is_loopback(a.address)) return a;
     }
   }
@@ -189,6 +167,40 @@ psrt::runtime::SshOptions ssh_options(const Args& a) {
   return o;
 }
 
+psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& transport,
+                                           const psrt::InterfaceAddress& where,
+                                           const std::string& secret, bool secure) {
+  using namespace psrt;
+  ps::SchedulerConfig sc;
+  sc.transport = transport;
+  sc.listen = join_host_port(where.address, a.port);
+  sc.secret = secret;
+  sc.secure = secure;
+  sc.num_servers = static_cast<std::uint32_t>(a.servers);
+  sc.num_workers = static_cast<std::uint32_t>(a.workers);
+  sc.partition_bytes = a.partition_bytes;
+  sc.checkpoint_dir = a.checkpoint_dir;
+  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers) +
+                                             static_cast<std::size_t>(a.servers));
+  sc.max_keys_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
+  sc.max_slices_per_worker =
+      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
+  sc.max_control_per_sec =
+      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
+  return sc;
+}
+
+// The backend that starts the job's servers and workers (--launcher).
+std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
+    const Args& a, const std::optional<psrt::psrun::Placement>& placement) {
+  if (placement) return std::make_unique<psrt::runtime::SshLauncher>(ssh_options(a));
+  if (a.launcher == "mpi" || a.launcher == "slurm")
+    return psrt::tools::make_engine_backend(a.launcher, a.ssh, a.engine);
+  return psrt::runtime::make_launch_backend(a.launcher);
+}
+
 int run(const Args& a) {
   using namespace psrt;
   ps::parse_mode(a.mode);  // validates
@@ -198,8 +210,8 @@ int run(const Args& a) {
   if (transport.empty()) transport = transport::available_backends().front();
   const std::string interface =
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
-  const InterfaceAddress where =
-      scheduler_interface(interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
+  const InterfaceAddress where = scheduler_interface(
+      interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
@@ -214,23 +226,7 @@ int run(const Args& a) {
     return 0;
   }
 
-  ps::SchedulerConfig sc;
-  sc.transport = transport;
-  sc.listen = join_host_port(where.address, a.port);
-  sc.secret = secret;
-  sc.secure = secure;
-  sc.num_servers = static_cast<std::uint32_t>(a.servers);
-  sc.num_workers = static_cast<std::uint32_t>(a.workers);
-  sc.partition_bytes = a.partition_bytes;
-  sc.checkpoint_dir = a.checkpoint_dir;
-  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
-  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers + a.servers));
-  sc.max_keys_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
-  sc.max_slices_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
-  sc.max_control_per_sec =
-      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
+  const ps::SchedulerConfig sc = scheduler_config(a, transport, where, secret, secure);
   log::set_prefix("scheduler");
   ps::Scheduler scheduler(sc);
 
@@ -251,12 +247,7 @@ int run(const Args& a) {
       "(interface {})",
       a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
       where.name.empty() ? "?" : where.name);
-  std::unique_ptr<runtime::LaunchBackend> backend;
-  if (placement) backend = std::make_unique<runtime::SshLauncher>(ssh_options(a));
-  else if (a.launcher == "mpi" || a.launcher == "slurm")
-    backend = tools::make_engine_backend(a.launcher, a.ssh, a.engine);
-  else backend = runtime::make_launch_backend(a.launcher);
-  int rc = backend->run(job);
+  int rc = launch_backend(a, placement)->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
     std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
@@ -271,7 +262,9 @@ int run(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// What throws out of main (std::bad_alloc, a CLI11 or filesystem error outside the try blocks)
+// ends psrun with std::terminate's message, which is what a user should see then.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (argc >= 2 && std::strcmp(argv[1], "--internal-remote") == 0)
     return psrt::runtime::run_remote_side(argc - 2, argv + 2);
   if (argc >= 2 && std::strcmp(argv[1], "--role-from-env") == 0) {
@@ -292,135 +285,15 @@ int main(int argc, char** argv) {
     }
   }
   CLI::App app{"psrun: launch a psrt parameter-server job (scheduler, S servers, N workers)"};
-  Args a;
-  std::string backends;
-  for (const auto& b : psrt::transport::available_backends())
-    backends += " " + b;
-  app.add_option("--transport", a.transport,
-                 "ucx | tcp (default: the first built of:" + backends + ")")
-      ->check(CLI::IsMember(psrt::transport::available_backends()));
-  app.add_option("-n,--workers", a.workers, "workers (copies of COMMAND)")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  app.add_option("-s,--servers", a.servers, "servers")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  app.add_option("--mode", a.mode, "consistency: sync | async | ssp")
-      ->check(CLI::IsMember({"sync", "async", "ssp"}))
-      ->capture_default_str();
-  app.add_option("--staleness", a.staleness, "ssp: rounds a worker may run ahead of the slowest")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  app.add_option("--lr", a.lr, "SGD learning rate")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--momentum", a.momentum, "SGD momentum")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--dampening", a.dampening, "SGD dampening")
-      ->check(CLI::Range(0.f, 1.f))
-      ->capture_default_str();
-  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (needs --momentum > 0)");
-  app.add_option("--max-grad-norm", a.max_grad_norm,
-                 "clip each server update's mean gradient to this L2 norm, torch's "
-                 "clip_grad_norm_ per slice (<= --partition-bytes), not over the whole model; "
-                 "0 = off")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_flag("--skip-nonfinite", a.skip_nonfinite,
-               "skip a server update whose gradient holds a NaN or Inf (weights and momentum "
-               "unchanged, a warning names key, slice and round)");
-  app.add_option("--aggregate", a.aggregate, "mean | sum of a round's gradients")
-      ->check(CLI::IsMember({"mean", "sum"}))
-      ->capture_default_str();
-  app.add_option("--partition-bytes", a.partition_bytes, "max bytes of one slice of a tensor")
-      ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
-      ->capture_default_str();
-  app.add_option("--checkpoint-dir", a.checkpoint_dir,
-                 "servers checkpoint here; a job restarted "
-                 "with the same dir resumes");
-  app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
-      ->capture_default_str();
-  app.add_option("--interface", a.interface,
-                 "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address the scheduler "
-                 "and the servers listen on and advertise (default PSRT_INTERFACE; else loopback "
-                 "for a local job, the route to the first remote host for --launcher ssh)");
-  app.add_option("--port", a.port, "scheduler port (0 = any free)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  app.add_option("--secret-file", a.secret_file,
-                 "job secret (first line; the file must be private, chmod 600); default "
-                 "PSRT_SECRET or a fresh random one");
-  app.add_flag("--secure", a.secure,
-               "seal every message of the job (AES-256-GCM, keys per connection from the job "
-               "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
-  app.add_option("--launcher", a.launcher,
-                 "launch backend: local (every process on this host) | ssh (servers and workers "
-                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here) | mpi "
-                 "(OpenMPI's mpirun starts them; -H / --hostfile passed to it) | slurm (srun, "
-                 "inside an allocation)")
-      ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
-      ->capture_default_str();
-  psrt::psrun::add_ssh_options(app, a.ssh);
-  psrt::tools::add_engine_flags(app, a.engine);
-  app.add_option("--server-threads", a.server_threads, "update threads per server")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  app.add_option("--server-device", a.server_device,
-                 "where servers keep slices and run updates: cpu, cuda (= cuda:0) or cuda:N")
-      ->check([](const std::string& v) {
-        try {
-          psrt::device::parse_device(v);
-          return std::string();
-        } catch (const psrt::Error& e) {
-          return std::string(e.what());
-        }
-      })
-      ->capture_default_str();
+  psrt::psrun::Args a;
   bool help_env = false;
-  app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
-  app.add_option("command", a.command,
-                 "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
-                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")
-      ->expected(-1);
-  app.prefix_command(false);
-  app.positionals_at_end(true);
+  psrt::psrun::add_options(app, a, help_env);
   CLI11_PARSE(app, argc, argv);
   if (help_env) {
     psrt::runtime::print_env_help(std::cout);
     return 0;
   }
-  if (a.command.empty()) {
-    // The default job: LeNet on Fashion-MNIST for one epoch with two workers.
-    const auto pstrain = std::filesystem::path(self_exe()).parent_path() / "pstrain";
-    if (!std::filesystem::exists(pstrain)) {
-      std::cerr << "psrun: no COMMAND given, and the default job's " << pstrain.string()
-                << " is not there (this build has no LibTorch: install libtorch-dev and "
-                   "rebuild): psrun [options] -- COMMAND [ARGS...] (see --help)\n";
-      return 2;
-    }
-    a.command = {pstrain.string(), "--model",  "lenet", "--dataset",
-                 "fashion-mnist",  "--epochs", "1"};
-    if (app.count("--workers") == 0) a.workers = 2;
-    std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
-              << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "
-              << "--epochs 1\n";
-  }
-  if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
-    std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";
-    return 2;
-  }
-  if (!std::isfinite(a.max_grad_norm)) {  // NonNegativeNumber lets "inf" and "nan" through
-    std::cerr << "psrun: --max-grad-norm must be a finite number >= 0 (0 = no clipping)\n";
-    return 2;
-  }
-  if (a.checkpoint_every > 0 && a.checkpoint_dir.empty()) {
-    std::cerr << "psrun: --checkpoint-every needs --checkpoint-dir\n";
-    return 2;
-  }
+  if (auto rc = psrt::psrun::finish_options(app, a, self_exe())) return *rc;
   try {
     return run(a);
   } catch (const psrt::Error& e) {

@@ -1,8 +1,8 @@
 // pstrain: trains a LeNet or ResNet through the parameter servers (run it under psrun), or in
 // one process with --no-ps. `pstrain --help` lists the flags.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "psrt/error.h"
@@ -21,8 +21,7 @@ int main(int argc, char** argv) {
     psrt::pstrain::train(options);
   } catch (const psrt::Error& e) {
     std::fprintf(stderr, "pstrain: error: %s\n", e.what());
-    return e.code() == psrt::ErrorCode::kInvalidArgument ||
-                   e.code() == psrt::ErrorCode::kNotFound
+    return e.code() == psrt::ErrorCode::kInvalidArgument || e.code() == psrt::ErrorCode::kNotFound
                ? 2
                : 1;
   } catch (const std::exception& e) {

@@ -10,7 +10,7 @@ constexpr int kSocketBufferBytes = 4 << 20;
 }  // namespace
 
 TcpContext::TcpContext(std::shared_ptr<Receiver> receiver, Options options)
-    : ContextBase("tcp", std::move(receiver), options) {}
+    : ContextBase("tcp", std::move(receiver), std::move(options)) {}
 
 TcpContext::~TcpContext() = default;
 

@@ -26,7 +26,7 @@ struct SendOp {
 // A payload being received by rendezvous into the receiver's placement.
 struct RecvOp {
   std::shared_ptr<UcxConnection> conn;  // null once abandoned; owned by the context from then on
-  std::uint64_t arrival = 0;  // its key in the connection's undelivered_
+  std::uint64_t arrival = 0;            // its key in the connection's undelivered_
 };
 
 namespace {

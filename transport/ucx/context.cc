@@ -16,7 +16,7 @@
 namespace psrt::transport::ucx {
 
 UcxContext::UcxContext(std::shared_ptr<Receiver> receiver, Options options)
-    : ContextBase("ucx", std::move(receiver), options) {
+    : ContextBase("ucx", std::move(receiver), std::move(options)) {
   ucp_config_t* config = nullptr;
   PSRT_UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
   ucp_params_t params{};
@@ -173,7 +173,9 @@ ucs_status_t UcxContext::on_am_on_loop(const void* header, std::size_t header_le
   return UCS_OK;
 }
 
-void UcxContext::tune_accepted(int fd) { tune_stream(fd, options_.peer_timeout); }
+void UcxContext::tune_accepted(int fd) {
+  tune_stream(fd, options_.peer_timeout);
+}
 
 void UcxContext::adopt_accepted_on_loop(Fd fd, std::string peer) {
   int raw = fd.get();
@@ -181,9 +183,9 @@ void UcxContext::adopt_accepted_on_loop(Fd fd, std::string peer) {
   h.fd = std::move(fd);
   h.peer = std::move(peer);
   h.need = kHelloFixedBytes;
-  h.timer = loop_.add_timer_on_loop(
-      EventLoop::Clock::now() + options_.accept_timeout,
-      [this, raw] { drop_hello_on_loop(raw, "no complete handshake in time"); });
+  h.timer = loop_.add_timer_on_loop(EventLoop::Clock::now() + options_.accept_timeout, [this, raw] {
+    drop_hello_on_loop(raw, "no complete handshake in time");
+  });
   loop_.add_fd_on_loop(raw, EPOLLIN | EPOLLRDHUP,
                        [this, raw](std::uint32_t) { read_hello_on_loop(raw); });
 }
@@ -235,7 +237,8 @@ void UcxContext::read_hello_on_loop(int fd) {
 
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, peer);
   try {
-    while (connections_.count(conn->route_key())) conn->redraw_route_token_on_loop();
+    while (connections_.count(conn->route_key()))
+      conn->redraw_route_token_on_loop();
     Hello reply{conn->route_token(), boot_id_, address_};
     auto bytes = encode_hello(reply);
     conn->establish_on_loop(hello.route_token, peer_address,
@@ -285,7 +288,8 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
 }
 
 void UcxContext::add_connection_on_loop(const std::shared_ptr<UcxConnection>& conn) {
-  while (connections_.count(conn->route_key())) conn->redraw_route_token_on_loop();
+  while (connections_.count(conn->route_key()))
+    conn->redraw_route_token_on_loop();
   connections_[conn->route_key()] = conn;
 }
 

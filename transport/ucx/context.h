@@ -122,11 +122,11 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
   std::string boot_id_;  // local_host_id(): boot id + network namespace (base/host.h)
   std::vector<std::byte> address_;
 
-  std::unordered_map<int, PendingHello> hellos_;                                   // loop only
+  std::unordered_map<int, PendingHello> hellos_;  // loop only
   // By route key (the first 8 bytes of the connection's route token). Loop only. An ordered map:
   // a hash map's bucket index of a random 64-bit key costs a 64-bit division per message.
   std::map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;
-  std::vector<void*> close_requests_;                                              // loop only
+  std::vector<void*> close_requests_;           // loop only
   std::vector<std::shared_ptr<void>> retired_;  // loop only; freed after ucp_worker_destroy
   std::uint64_t forged_dropped_ = 0;  // loop only: messages with a known key, a wrong token
 };

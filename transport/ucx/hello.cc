@@ -1,8 +1,7 @@
 #include "transport/ucx/hello.h"
 
-#include <sys/random.h>
-
 #include <fmt/core.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <cstring>

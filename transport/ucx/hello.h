@@ -1,9 +1,10 @@
 // The UCX backend's bootstrap handshake, sent once each way over the TCP socket that connect()
 // opens to a listener. It carries what UCX needs to create endpoints (the worker address) and
 // what psrt needs to route active messages to this connection (the route token the peer must
-// put in front of every message on it). The socket then stays open as a liveness channel: its EOF or keepalive
-// failure is how a dead peer is noticed. Nothing in it is acted on beyond creating the endpoint:
-// the connection it opens is unauthenticated until the PS handshake (ps/endpoint.h) completes.
+// put in front of every message on it). The socket then stays open as a liveness channel: its EOF
+// or keepalive failure is how a dead peer is noticed. Nothing in it is acted on beyond creating the
+// endpoint: the connection it opens is unauthenticated until the PS handshake (ps/endpoint.h)
+// completes.
 //
 //   offset  size  field
 //   0       4     magic 'PSUX' (0x58555350)

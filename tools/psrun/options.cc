@@ -1,0 +1,151 @@
+#include "tools/psrun/options.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "psrt/error.h"
+#include "device/cuda_device.h"
+#include "transport/factory.h"
+
+namespace psrt::psrun {
+namespace {
+
+// The servers' SGD until a worker calls set_optimizer, and how a round aggregates.
+void add_sgd_options(CLI::App& app, Args& a) {
+  app.add_option("--lr", a.lr, "SGD learning rate")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", a.momentum, "SGD momentum")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--dampening", a.dampening, "SGD dampening")
+      ->check(CLI::Range(0.f, 1.f))
+      ->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--nesterov", a.nesterov, "Nesterov momentum (needs --momentum > 0)");
+  app.add_option("--max-grad-norm", a.max_grad_norm,
+                 "clip each server update's mean gradient to this L2 norm, torch's "
+                 "clip_grad_norm_ per slice (<= --partition-bytes), not over the whole model; "
+                 "0 = off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--skip-nonfinite", a.skip_nonfinite,
+               "skip a server update whose gradient holds a NaN or Inf (weights and momentum "
+               "unchanged, a warning names key, slice and round)");
+  app.add_option("--aggregate", a.aggregate, "mean | sum of a round's gradients")
+      ->check(CLI::IsMember({"mean", "sum"}))
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void add_options(CLI::App& app, Args& a, bool& help_env) {
+  std::string backends;
+  for (const auto& b : psrt::transport::available_backends())
+    backends += " " + b;
+  app.add_option("--transport", a.transport,
+                 "ucx | tcp (default: the first built of:" + backends + ")")
+      ->check(CLI::IsMember(psrt::transport::available_backends()));
+  app.add_option("-n,--workers", a.workers, "workers (copies of COMMAND)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("-s,--servers", a.servers, "servers")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--mode", a.mode, "consistency: sync | async | ssp")
+      ->check(CLI::IsMember({"sync", "async", "ssp"}))
+      ->capture_default_str();
+  app.add_option("--staleness", a.staleness, "ssp: rounds a worker may run ahead of the slowest")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  add_sgd_options(app, a);
+  app.add_option("--partition-bytes", a.partition_bytes, "max bytes of one slice of a tensor")
+      ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "servers checkpoint here; a job restarted "
+                 "with the same dir resumes");
+  app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every R rounds (0 = never)")
+      ->capture_default_str();
+  app.add_option("--interface", a.interface,
+                 "NAME (eth0) or CIDR (10.0.0.0/24): the interface whose address the scheduler "
+                 "and the servers listen on and advertise (default PSRT_INTERFACE; else loopback "
+                 "for a local job, the route to the first remote host for --launcher ssh)");
+  app.add_option("--port", a.port, "scheduler port (0 = any free)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--secret-file", a.secret_file,
+                 "job secret (first line; the file must be private, chmod 600); default "
+                 "PSRT_SECRET or a fresh random one");
+  app.add_flag("--secure", a.secure,
+               "seal every message of the job (AES-256-GCM, keys per connection from the job "
+               "secret): for networks that are not trusted; costs bandwidth (perf/RESULTS.md)");
+  app.add_option("--launcher", a.launcher,
+                 "launch backend: local (every process on this host) | ssh (servers and workers "
+                 "on the hosts of -H / --hostfile through ssh; the scheduler stays here) | mpi "
+                 "(OpenMPI's mpirun starts them; -H / --hostfile passed to it) | slurm (srun, "
+                 "inside an allocation)")
+      ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
+      ->capture_default_str();
+  add_ssh_options(app, a.ssh);
+  tools::add_engine_flags(app, a.engine);
+  app.add_option("--server-threads", a.server_threads, "update threads per server")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--server-device", a.server_device,
+                 "where servers keep slices and run updates: cpu, cuda (= cuda:0) or cuda:N")
+      ->check([](const std::string& v) {
+        try {
+          psrt::device::parse_device(v);
+          return std::string();
+        } catch (const psrt::Error& e) {
+          return std::string(e.what());
+        }
+      })
+      ->capture_default_str();
+  app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
+  app.add_option("command", a.command,
+                 "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
+                 "pstrain --model lenet --dataset fashion-mnist --epochs 1)")
+      ->expected(-1);
+  app.prefix_command(false);
+  app.positionals_at_end(true);
+}
+
+std::optional<int> finish_options(const CLI::App& app, Args& a, const std::string& self_exe) {
+  if (a.command.empty()) {
+    // The default job: LeNet on Fashion-MNIST for one epoch with two workers.
+    const auto pstrain = std::filesystem::path(self_exe).parent_path() / "pstrain";
+    if (!std::filesystem::exists(pstrain)) {
+      std::cerr << "psrun: no COMMAND given, and the default job's " << pstrain.string()
+                << " is not there (this build has no LibTorch: install libtorch-dev and "
+                   "rebuild): psrun [options] -- COMMAND [ARGS...] (see --help)\n";
+      return 2;
+    }
+    a.command = {pstrain.string(), "--model",  "lenet", "--dataset",
+                 "fashion-mnist",  "--epochs", "1"};
+    if (app.count("--workers") == 0) a.workers = 2;
+    std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
+              << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "
+              << "--epochs 1\n";
+  }
+  if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
+    std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";
+    return 2;
+  }
+  if (!std::isfinite(a.max_grad_norm)) {  // NonNegativeNumber lets "inf" and "nan" through
+    std::cerr << "psrun: --max-grad-norm must be a finite number >= 0 (0 = no clipping)\n";
+    return 2;
+  }
+  if (a.checkpoint_every > 0 && a.checkpoint_dir.empty()) {
+    std::cerr << "psrun: --checkpoint-every needs --checkpoint-dir\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace psrt::psrun

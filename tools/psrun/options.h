@@ -1,0 +1,54 @@
+// psrun's command line: every flag (docs/tools.md) into Args, and the checks and the default
+// job that follow parsing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/psrun/launch_options.h"
+#include "tools/psrun/ssh_options.h"
+
+namespace CLI {  // NOLINT(readability-identifier-naming): CLI11 names it
+class App;
+}
+
+namespace psrt::psrun {
+
+struct Args {
+  std::string transport;
+  int workers = 1;
+  int servers = 1;
+  std::string mode = "sync";
+  int staleness = 0;
+  float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  float max_grad_norm = 0.f;
+  bool skip_nonfinite = false;
+  std::string aggregate = "mean";
+  std::size_t partition_bytes = std::size_t{4} << 20;
+  std::string checkpoint_dir;
+  std::uint64_t checkpoint_every = 0;
+  int port = 0;
+  std::string secret_file;
+  bool secure = false;
+  std::string launcher = "local";
+  std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
+  SshFlags ssh;
+  tools::EngineFlags engine;  // --mpirun-args, --srun-args
+  int server_threads = 1;
+  std::string server_device = "cpu";
+  std::vector<std::string> command;
+};
+
+// Registers every flag of psrun on `app`, parsed into `a`; --help-env into `help_env`.
+void add_options(CLI::App& app, Args& a, bool& help_env);
+
+// After parsing: the default job when no COMMAND was given (pstrain next to `self_exe`) and the
+// checks across flags that CLI11 cannot express. Returns psrun's exit status when it must stop
+// (a message on stderr), else nullopt.
+std::optional<int> finish_options(const CLI::App& app, Args& a, const std::string& self_exe);
+
+}  // namespace psrt::psrun
