@@ -207,9 +207,7 @@ TEST(Job, MaxGradNormClipsTheMeanGradientExactly) {
   for (const auto& [args, worker] :
        {std::pair<std::string, std::string>{"--max-grad-norm 1", "clip"},
         std::pair<std::string, std::string>{"", "clip --max-norm 1"}}) {
-    SCOPED_TRACE(
-        args + " / " +
-        worker);  // NOLINT(performance-inefficient-string-concatenation): one line per case
+    SCOPED_TRACE(std::string(args).append(" / ").append(worker));
     auto trace = scratch("clip_trace.jsonl");
     auto r =
         psrun("PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 2 --lr 1 " + args, worker);
