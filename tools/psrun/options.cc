@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "psrt/error.h"
 #include "device/cuda_device.h"
+#include "psrt/error.h"
 #include "transport/factory.h"
 
 namespace psrt::psrun {
