@@ -32,14 +32,19 @@ files=$(grep -o '"file": "[^"]*"' "$build/compile_commands.json" | sed 's/^"file
 [[ -n "$files" ]] || { echo "tidy.sh: no project .cc file in $build/compile_commands.json" >&2; exit 2; }
 regex="^($(sed 's/[.+]/\\&/g' <<<"$files" | paste -sd'|'))\$"
 status=0
-"$runner" -quiet -clang-tidy-binary "$tidy" -p "$build" -j "$jobs" "$regex" >"$log" 2>&1 ||
+# The compile commands are GCC's: a GCC-only warning flag (-Wno-restrict, -Wno-maybe-uninitialized)
+# is an error to clang unless it is told to ignore unknown ones.
+"$runner" -quiet -clang-tidy-binary "$tidy" -extra-arg=-Wno-unknown-warning-option -p "$build" \
+  -j "$jobs" "$regex" >"$log" 2>&1 ||
   status=$?
 # A diagnostic of the project's own code: "path:line:col: warning|error: ... [check]".
 diagnostics=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E "^${root}/.*: (warning|error): " | sort -u || true)
 elapsed=$((SECONDS - start))
 if [[ -n "$diagnostics" || $status -ne 0 ]]; then
   [[ -n "$diagnostics" ]] && echo "$diagnostics"
-  [[ -z "$diagnostics" ]] && tail -n 40 "$log"
+  # No diagnostic of the project's code but a failed run: clang's own errors say why.
+  [[ -z "$diagnostics" ]] && { sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E "error: |^Error while" | head -n 20 ||
+    tail -n 40 "$log"; }
   echo "tidy: $(grep -c . <<<"$diagnostics") diagnostic(s) in ${elapsed} s (full output: $log)" >&2
   exit 1
 fi
