@@ -70,13 +70,27 @@ void check_rank(const Global& g, const char* rank_var, const char* size_var) {
                           g.local_size));
 }
 
+// The rank, world and local rank an engine names in its own variables (local size: see each
+// engine), each checked; `fix` says how to start the job so that the engine sets them.
+struct RankNames {
+  const char* rank;
+  const char* world;
+  const char* local_rank;
+};
+
+Global ranks_from(const EnvLookup& env, const RankNames& n, const char* fix) {
+  Global g;
+  g.engine = n.rank;
+  g.rank = to_int(n.rank, *env(n.rank), 0, 1 << 20, fix);
+  g.world = need_int(env, n.world, n.rank, 1, 1 << 20, fix);
+  g.local_rank = opt_int(env, n.local_rank, 0, 0, 1 << 20, fix);
+  return g;
+}
+
 Global from_openmpi(const EnvLookup& env) {
   constexpr const char* kFix = "start the job with mpirun (OpenMPI sets it)";
-  Global g;
-  g.engine = "OMPI_COMM_WORLD_RANK";
-  g.rank = to_int("OMPI_COMM_WORLD_RANK", *env("OMPI_COMM_WORLD_RANK"), 0, 1 << 20, kFix);
-  g.world = need_int(env, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", 1, 1 << 20, kFix);
-  g.local_rank = opt_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, 1 << 20, kFix);
+  Global g = ranks_from(
+      env, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}, kFix);
   g.local_size = opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, 1 << 20, kFix);
   check_rank(g, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   if (auto a = env("MASTER_ADDR")) g.host = *a;
@@ -91,11 +105,7 @@ Global from_openmpi(const EnvLookup& env) {
 
 Global from_torch(const EnvLookup& env) {
   constexpr const char* kFix = "set RANK and WORLD_SIZE as PyTorchJob and torchrun do";
-  Global g;
-  g.engine = "RANK";
-  g.rank = to_int("RANK", *env("RANK"), 0, 1 << 20, kFix);
-  g.world = need_int(env, "WORLD_SIZE", "RANK", 1, 1 << 20, kFix);
-  g.local_rank = opt_int(env, "LOCAL_RANK", 0, 0, 1 << 20, kFix);
+  Global g = ranks_from(env, {"RANK", "WORLD_SIZE", "LOCAL_RANK"}, kFix);
   g.local_size = opt_int(env, "LOCAL_WORLD_SIZE", 1, 1, 1 << 20, kFix);
   check_rank(g, "RANK", "WORLD_SIZE");
   if (auto a = env("MASTER_ADDR")) g.host = *a;
@@ -224,11 +234,7 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
 
 Global from_slurm(const EnvLookup& env, const HostlistExpander& expand) {
   constexpr const char* kFix = "start the processes with srun inside an allocation";
-  Global g;
-  g.engine = "SLURM_PROCID";
-  g.rank = to_int("SLURM_PROCID", *env("SLURM_PROCID"), 0, 1 << 20, kFix);
-  g.world = need_int(env, "SLURM_NTASKS", "SLURM_PROCID", 1, 1 << 20, kFix);
-  g.local_rank = opt_int(env, "SLURM_LOCALID", 0, 0, 1 << 20, kFix);
+  Global g = ranks_from(env, {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}, kFix);
   if (auto per_node = env("SLURM_STEP_TASKS_PER_NODE"))
     g.local_size =
         slurm_tasks_on_node(*per_node, opt_int(env, "SLURM_NODEID", 0, 0, 1 << 20, kFix));
