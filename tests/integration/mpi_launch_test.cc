@@ -85,9 +85,10 @@ TEST_F(MpiLaunch, SigtermReachesEveryRankAndNothingIsLeft) {
   ProcessGroup job(psrt::test::psrun_command("exec", "--launcher mpi -n 2 -s 1",
                                              "/bin/sh -c 'sleep 30' " + marker),
                    log);
-  // Both workers' shells run once mpirun has started every rank.
+  // Both workers' shells run once mpirun has started every rank. A shell forks for `sleep`, and
+  // the child holds the shell's command line until it execs: wait for exactly two.
   const std::string shell = "/bin/sh -c sleep 30 " + marker;
-  for (int i = 0; i < 200 && running_with(shell, true) < 2; ++i)
+  for (int i = 0; i < 200 && running_with(shell, true) != 2; ++i)
     ::usleep(50'000);
   ASSERT_EQ(running_with(shell, true), 2) << psrt::test::slurp(log);
   ::kill(job.pid(), SIGTERM);
