@@ -5,7 +5,10 @@
 // "the round it pushed").
 //
 // Payloads land in place: a PUSH lands in a gradient buffer of the slice's free list; a PULL
-// reply is sent from the weights themselves, and an update waits until such sends finished.
+// reply is sent from the weights themselves. On a cpu server a slice has a second weights buffer
+// (`spare`): an update that finds replies still sending from `weights` reads them and writes
+// the new version into `spare`, and the two swap when it is done, so an update waits only when
+// replies send from both buffers (ps/server_pipeline.cc; docs/ARCHITECTURE.md, "The pipeline").
 //
 // Threads (docs/ARCHITECTURE.md, "Threads"): the transport's progress thread runs the Handler
 // entry points (place, on_message, on_peer_closed) and pull replies' completions; the compute
@@ -18,10 +21,11 @@
 // pool or a job to the GPU reply thread. ThreadSanitizer (make test-sanitize, label tsan) checks
 // the order on every run of tests/unit/server_scheduler_test.cc (it reports an inversion).
 //
-// The one access without a lock: an update writes a slice's weights and momentum without
-// Slice::mu. It may because next_update_locked() marks the slice busy only when no pull reply
-// reads the weights (readers == 0), and ready_waiters_locked() starts no reply while it is busy;
-// run_update() asserts both on entry.
+// The one access without a lock: an update writes a slice's weights (or its spare buffer) and
+// momentum without Slice::mu. It may because next_update_locked() marks the slice busy only when
+// no pull reply reads the buffer it will write (readers == 0 for `weights`, spare_readers == 0
+// for `spare`), and ready_waiters_locked() starts replies only from `weights`, and none while an
+// update writes `weights` in place; run_update() asserts this on entry.
 #pragma once
 
 #include <condition_variable>
@@ -143,6 +147,11 @@ class Server final : public Handler {
     void* out = nullptr;   // CUDA IPC: the worker's output, written here instead of sent
     void* out_event = nullptr;
     std::shared_ptr<void> out_hold{};
+    // Set by ready_waiters_locked() when the reply may start: the weights it is sent from and
+    // their version, taken together under the slice's lock (an update may swap the buffers
+    // before the reply is sent).
+    ConstBuffer source{};
+    std::uint64_t version = 0;
   };
   struct Slice {
     std::mutex mu;
@@ -167,10 +176,18 @@ class Server final : public Handler {
     WireType arriving_dtype = WireType::kF32;
     bool busy = false;  // an update of this slice is queued or running
     int readers = 0;    // pull replies sending from the weights
+    // cpu server: the second weights buffer (empty until an update first needs it) and the
+    // replies still sending from it (they started from `weights` before a swap). The running
+    // update writes `spare` instead of `weights` when into_spare is set. `spare`'s elements are
+    // not guarded by mu, as `weights`' are not; the vector object and the counts are.
+    std::vector<float> spare;
+    int spare_readers = 0;
+    bool into_spare = false;
     std::vector<PullWaiter> waiters;
   };
   struct Update {  // owned by the thread holding it (taken under the slice's mu)
     Slice* slice;
+    bool into_spare = false;  // writes the new weights into slice->spare (then swaps)
     std::vector<std::uint32_t> ranks;
     std::vector<GradBuf> grads;
     std::uint64_t slowest;  // min clock over live workers before it, for the trace
@@ -227,8 +244,25 @@ class Server final : public Handler {
   // copy waits for the worker's event: never on a progress thread).
   void reply_ipc_pull(Slice& s, PullWaiter w);
   ConstBuffer pull_source(const Slice& s) const;
-  void after_change(Slice& s);    // locks s: serves pulls and starts what may start
-  void release_reader(Slice& s);  // a pull reply no longer reads the weights
+  void after_change(Slice& s);  // locks s: serves pulls and starts what may start
+  // A pull reply no longer reads `source` (one of the slice's weight buffers; null: `weights`).
+  void release_reader(Slice& s, const void* source = nullptr);
+  // The pipeline's parts (ps/server_pipeline.cc).
+  // Under s.mu: whether an update may start now, and if so whether it must write `spare`
+  // (replies still send from `weights`); nullopt while replies send from every buffer it could
+  // write.
+  std::optional<bool> update_buffer_locked(const Slice& s) const;
+  // Where run_update writes the new weights (and, when out of place, reads the old ones).
+  // Runs on the updating thread, which alone touches `spare` while the slice is busy.
+  float* update_target(Slice& s, const Update& u, const float** source);
+  // Under s.mu: makes an out-of-place update's weights the slice's (`written`: the kernel wrote
+  // them; a skipped step wrote nothing and the old weights stay).
+  static void publish_weights_locked(Slice& s, const Update& u, bool written);
+  // Runs `u` on the calling thread instead of the compute pool when that is cheaper (a small
+  // cpu slice, whose update costs less than a hand-over between threads); false: not run.
+  bool run_inline(Update& u);
+  // run_update, and a stopped job if its bookkeeping fails (the compute pool's item).
+  void run_update_or_stop(Update& u);
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
