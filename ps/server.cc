@@ -671,6 +671,8 @@ void Server::trace(const Update& u, std::uint64_t version, const kernels::StepRe
     if (step->clipped) guard += fmt::format(",\"clip_coef\":{}", step->clip_coef);
     if (step->skipped) guard += ",\"skipped\":true";
   }
+  // The update wrote the spare buffer: replies of the previous version were still sending.
+  if (u.into_spare) guard += ",\"into_spare\":true";
   std::lock_guard lock(trace_mu_);
   std::fprintf(trace_,
                "{\"key\":%llu,\"slice\":%u,\"version\":%llu,\"ranks\":[%s],\"clocks\":[%s],"
