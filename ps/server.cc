@@ -40,6 +40,9 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cannot open the trace file '{}'", config_.trace_path));
   }
+  if (!gpu_ && config_.threads > 1)
+    splitter_ = std::make_unique<WorkQueue<std::function<void()>>>(
+        config_.threads - 1, [](std::function<void()>& part) { part(); });
   pool_ = std::make_unique<WorkQueue<Update>>(config_.threads,
                                               [this](Update& u) { run_update_or_stop(u); });
 }
@@ -51,6 +54,7 @@ Server::~Server() {
 
 void Server::stop() {
   if (pool_) pool_->stop();
+  if (splitter_) splitter_->stop();
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -581,7 +585,7 @@ void Server::run_update(Update& u) {
       kernels::SliceUpdate k = slice_update(
           s, u, grads, target, s.momentum.empty() ? nullptr : s.momentum.data(), first_step);
       k.weights_in = source;
-      result = kernels::apply_update(k, cfg, MemoryType::kHost);
+      result = apply_host_update(k, cfg);
       // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
       // the next applied round is torch's first step again (buffer := gradient).
       if (result.skipped && first_step) s.momentum.clear();

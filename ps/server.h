@@ -29,6 +29,7 @@
 // update writes `weights` in place; run_update() asserts this on entry.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -264,6 +265,10 @@ class Server final : public Handler {
   bool run_inline(Update& u);
   // run_update, and a stopped job if its bookkeeping fails (the compute pool's item).
   void run_update_or_stop(Update& u);
+  // The cpu update of one slice: split into parts run at once by this thread and the splitter's
+  // when the slice is large, the server has --server-threads to spare (fewer updates running
+  // than threads) and no pre-pass needs the whole slice; else on this thread alone.
+  kernels::StepResult apply_host_update(const kernels::SliceUpdate& k, const OptimizerConfig& cfg);
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
@@ -291,6 +296,10 @@ class Server final : public Handler {
   std::mutex trace_mu_;
   std::FILE* trace_ = nullptr;  // the pointer is constant after construction; writes: trace_mu_
 
+  // Parts of a large slice's update (apply_host_update): threads - 1 threads, with --server-threads
+  // > 1 on a cpu server, else null. Its items take no lock. Before pool_: outlives its users.
+  std::unique_ptr<WorkQueue<std::function<void()>>> splitter_;
+  std::atomic<int> updates_running_{0};      // run_update calls in progress
   std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };
 

@@ -3,10 +3,15 @@
 // updates run on the thread at hand instead of the compute pool.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cassert>
+#include <exception>
+#include <latch>
+#include <vector>
 
 #include "base/exception_status.h"
 #include "base/log.h"
+#include "kernels/dispatch.h"
 #include "ps/server.h"
 
 namespace psrt::ps {
@@ -15,6 +20,10 @@ namespace {
 // A slice this small is updated where its last gradient arrived: its update (a few
 // microseconds) costs less than waking a pool thread and switching to it.
 constexpr std::size_t kInlineUpdateBytes = 64 * 1024;
+
+// A part of a split update is at least this many elements (1 MiB of fp32): smaller ones cost
+// more to hand over than they save.
+constexpr std::size_t kMinPartElements = std::size_t{256} << 10;
 
 // Set while this thread runs an update inline: the update's own after_change() hands the next
 // one to the pool rather than recurse.
@@ -64,6 +73,11 @@ bool Server::run_inline(Update& u) {
 }
 
 void Server::run_update_or_stop(Update& u) {
+  ++updates_running_;
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { --n; }
+  } done{updates_running_};
   try {
     run_update(u);
   } catch (...) {
@@ -74,6 +88,61 @@ void Server::run_update_or_stop(Update& u) {
     PSRT_LOG_ERROR("{}", why.message());
     stop_job(why);
   }
+}
+
+kernels::StepResult Server::apply_host_update(const kernels::SliceUpdate& k,
+                                              const OptimizerConfig& cfg) {
+  // Threads free for parts: the server's, less the other updates running now.
+  const int spare_threads = config_.threads - updates_running_.load() + 1;
+  std::size_t parts = 1;
+  if (splitter_ && !kernels::needs_prepass(cfg) && spare_threads > 1)
+    parts =
+        std::min<std::size_t>(static_cast<std::size_t>(spare_threads), k.count / kMinPartElements);
+  if (parts <= 1) return kernels::apply_update(k, cfg, MemoryType::kHost);
+  // Equal parts on 64-element boundaries (whole vectors for every ISA); the last takes the rest.
+  const std::size_t step = (k.count / parts) / 64 * 64;
+  const std::size_t width = kernels::dtype_size(k.dtype);
+  std::vector<kernels::SliceUpdate> part(parts, k);
+  std::vector<std::vector<const void*>> grads(parts);
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t begin = p * step;
+    kernels::SliceUpdate& q = part[p];
+    q.count = p + 1 == parts ? k.count - begin : step;
+    q.weights = k.weights + begin;
+    if (k.weights_in) q.weights_in = k.weights_in + begin;
+    if (k.momentum) q.momentum = k.momentum + begin;
+    for (int j = 0; j < k.num_grads; ++j)
+      grads[p].push_back(static_cast<const std::byte*>(k.grads[j]) + begin * width);
+    q.grads = grads[p].data();
+  }
+  std::vector<std::exception_ptr> failed(parts);
+  std::latch finished(static_cast<std::ptrdiff_t>(parts - 1));
+  for (std::size_t p = 1; p < parts; ++p) {
+    auto run = [&, p] {
+      try {
+        kernels::apply_update(part[p], cfg, MemoryType::kHost);
+      } catch (...) {
+        failed[p] = std::current_exception();
+      }
+      finished.count_down();
+    };
+    // Refused once stop() began (or no memory to queue it): this thread runs the part itself.
+    bool queued = false;
+    try {
+      queued = splitter_->push(run);
+    } catch (...) {
+    }
+    if (!queued) run();
+  }
+  try {
+    kernels::apply_update(part[0], cfg, MemoryType::kHost);
+  } catch (...) {
+    failed[0] = std::current_exception();
+  }
+  finished.wait();  // bounded: each part is one pass over its elements
+  for (auto& e : failed)
+    if (e) std::rethrow_exception(e);
+  return {};  // no pre-pass ran: nothing to report
 }
 
 }  // namespace psrt::ps

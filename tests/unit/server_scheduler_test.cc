@@ -245,8 +245,8 @@ struct TestWorker {
 // A scheduler, one server and `workers` workers, rendezvous done and the key initialised.
 class ServerSchedulerTest : public ::testing::Test {
  protected:
-  void start(int workers, Mode mode = Mode::kSync, std::uint64_t staleness = 0,
-             bool average = true) {
+  void start(int workers, Mode mode = Mode::kSync, std::uint64_t staleness = 0, bool average = true,
+             int threads = 1) {
     SchedulerConfig sc;
     sc.secret = kSecret;
     sc.num_servers = 1;
@@ -257,6 +257,7 @@ class ServerSchedulerTest : public ::testing::Test {
     config.staleness = staleness;
     config.sgd.lr = 0.5f;
     config.average = average;
+    config.threads = threads;
     server = std::make_unique<TestServer>(config);
     server->start(scheduler->address());
     for (int i = 0; i < workers; ++i) {
@@ -387,6 +388,42 @@ TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
   EXPECT_EQ(std::count(held.begin(), held.end(), 1.f), static_cast<long>(kCount))
       << "the reply in flight was written by an update: element "
       << (std::find_if(held.begin(), held.end(), [](float v) { return v != 1.f; }) - held.begin());
+}
+
+// With --server-threads to spare, a large slice's update is split between threads: every element,
+// at the parts' edges too, gets exactly its own gradients (1M + 5 elements, 3 threads: parts of
+// 349504, 349504 and 349509 elements on 64-element boundaries).
+TEST_F(ServerSchedulerTest, ALargeSliceSplitBetweenThreadsIsUpdatedExactly) {
+  start(2, Mode::kSync, 0, true, 3);
+  constexpr std::uint64_t kLarge = 60;
+  constexpr std::size_t kCount = (std::size_t{1} << 20) + 5;
+  Header init = TestWorker::slice_header(MsgType::kInit, kCount);
+  init.key = kLarge;
+  std::vector<float> w0(kCount), g0(kCount), g1(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    w0[i] = static_cast<float>(i % 13);
+    g0[i] = static_cast<float>(i % 7);
+    g1[i] = static_cast<float>(i % 7 + 2);
+  }
+  auto f = worker[0]->start(init, w0);
+  ASSERT_TRUE(TestWorker::wait(f).first.ok());
+  Header h = TestWorker::slice_header(MsgType::kPushPull, kCount);
+  h.key = kLarge;
+  std::vector<float> out0(kCount, -99.f), out1(kCount, -99.f);
+  auto a = worker[0]->start(h, g0, &out0);
+  auto b = worker[1]->start(h, g1, &out1);
+  ASSERT_TRUE(TestWorker::wait(a).first.ok());
+  ASSERT_TRUE(TestWorker::wait(b).first.ok());
+  // w - 0.5 * mean(g) = i % 13 - 0.5 * (i % 7 + 1): exact in float.
+  std::size_t wrong = 0, first = kCount;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const float want = static_cast<float>(i % 13) - 0.5f * static_cast<float>(i % 7 + 1);
+    if (out0[i] != want || out1[i] != want) {
+      if (first == kCount) first = i;
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "first wrong element " << first;
 }
 
 // 40 keys in flight per worker and round, as a model's gradients: the sums stay exact in every
