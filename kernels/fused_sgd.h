@@ -80,7 +80,7 @@ struct StepResult {
 
 // One slice's update. Trivially copyable: the CUDA path hands the same struct to a kernel.
 struct SliceUpdate {
-  float* weights = nullptr;  // count fp32 values, updated in place (or written: weights_in)
+  float* weights = nullptr;   // count fp32 values, updated in place (or written: weights_in)
   float* momentum = nullptr;  // count fp32 values; may be null when OptimizerConfig::momentum == 0
   const void* const* grads = nullptr;  // num_grads arrays of count values of `dtype`
   int num_grads = 0;                   // >= 1

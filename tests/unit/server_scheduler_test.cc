@@ -92,13 +92,13 @@ class WorkerHandler : public Handler {
  public:
   transport::Placement place(Peer&, const Header& h, std::size_t size) override {
     if (h.type == MsgType::kPullReply) {
-      // A held reply's payload is not read (bounded: 10 s), so the server's send of it stays
+      // A held reply's payload is not read (bounded: 30 s), so the server's send of it stays
       // in flight, as to a worker that reads slowly.
       std::unique_lock lock(mu_);
       if (hold_) {
         ++held_;
         held_cv_.notify_all();
-        held_cv_.wait_for(lock, 10s, [&] { return !hold_; });
+        held_cv_.wait_for(lock, 30s, [&] { return !hold_; });
       }
       lock.unlock();
       return {requests.dest(h.request_id, size), 0};
@@ -357,6 +357,10 @@ TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
   constexpr std::size_t kCount = std::size_t{8} << 20;
   init_key(*worker[0], kBig, kCount, 1.f);
   worker[0]->handler.hold_replies();
+  struct Release {  // also when an assertion below ends the test early
+    WorkerHandler& h;
+    ~Release() { h.release_replies(); }
+  } release{worker[0]->handler};
   Header pull = TestWorker::slice_header(MsgType::kPull, kCount);
   pull.key = kBig;
   std::vector<float> held(kCount, -99.f);
@@ -368,7 +372,8 @@ TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
   const std::vector<float> grad(kCount, 1.f);
   std::vector<float> out(kCount, -99.f);
   auto applied = worker[1]->start(push, grad, &out);
-  ASSERT_EQ(applied.wait_for(5s), std::future_status::ready)
+  // 20 s: ample for 32 MiB under ThreadSanitizer, and less than the 30 s worker 0 is held.
+  ASSERT_EQ(applied.wait_for(20s), std::future_status::ready)
       << "the update waited for the reply sending the weights to worker 0";
   auto [status, reply] = applied.get();
   ASSERT_TRUE(status.ok()) << status.message();
@@ -377,7 +382,7 @@ TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
   // A second update: the replies to worker 0 (version 0) and worker 1 (version 1) are done or
   // still sending from the other buffer; it must not write version 0's.
   auto again = worker[1]->start(push, grad, &out);
-  ASSERT_EQ(again.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(again.wait_for(20s), std::future_status::ready);
   EXPECT_EQ(again.get().second.round, 2u);
   EXPECT_EQ(std::count(out.begin(), out.end(), 0.f), static_cast<long>(kCount));
   // Worker 0 gets version 0 whole: no element of a later version.
