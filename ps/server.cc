@@ -536,8 +536,8 @@ void Server::after_change(Slice& s) {
 }
 
 void Server::submit(Update u) {
-  // Refused only once stop() began: the job is ending, and the slice stays busy.
   if (run_inline(u)) return;
+  // Refused only once stop() began: the job is ending, and the slice stays busy.
   (void)pool_->push(std::move(u));
 }
 

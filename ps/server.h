@@ -255,7 +255,8 @@ class Server final : public Handler {
   // write.
   std::optional<bool> update_buffer_locked(const Slice& s) const;
   // Where run_update writes the new weights (and, when out of place, reads the old ones).
-  // Runs on the updating thread, which alone touches `spare` while the slice is busy.
+  // Runs on the updating thread, which alone writes `spare` while the slice is busy; locks s.mu
+  // to size it.
   float* update_target(Slice& s, const Update& u, const float** source);
   // Under s.mu: makes an out-of-place update's weights the slice's (`written`: the kernel wrote
   // them; a skipped step wrote nothing and the old weights stay).

@@ -42,9 +42,13 @@ std::optional<bool> Server::update_buffer_locked(const Slice& s) const {
 float* Server::update_target(Slice& s, const Update& u, const float** source) {
   *source = nullptr;
   if (!u.into_spare) return s.weights.data();
-  // Only this thread touches `spare` now: the slice is busy with this update, and no reply
-  // reads `spare` (spare_readers was 0 when it started, and replies start from `weights`).
-  if (s.spare.size() != s.count) s.spare.resize(s.count);
+  // Only this thread writes `spare`'s elements now: the slice is busy with this update, and no
+  // reply reads `spare` (spare_readers was 0 when it started, and replies start from `weights`).
+  // The vector itself is read under the lock by release_reader(): it is sized under it (once).
+  {
+    std::lock_guard lock(s.mu);
+    if (s.spare.size() != s.count) s.spare.resize(s.count);
+  }
   *source = s.weights.data();
   return s.spare.data();
 }
