@@ -25,6 +25,9 @@ How it works (as the C++ integration, include/psrt/torch.h):
 - Parameters that do not require a gradient (frozen) are broadcast from rank 0 once and never
   pushed. Tied parameters (one tensor under two names) are one key: named_parameters() lists
   them once. Several backward passes before one step() (gradient accumulation) are refused.
+- A trained parameter that backward did not reach in a step gets a zero gradient (every key
+  takes part in every round): momentum and weight decay still move it, where torch.optim.SGD
+  would skip it.
 - BatchNorm running statistics are buffers, not parameters: they stay local to each worker
   (every worker holds the same weights and draws an i.i.d. shard, so each estimates the same
   statistics); evaluate or save rank 0's.
