@@ -19,32 +19,45 @@ Error refuse(const std::string& what, const std::string& why) {
   return Error(ErrorCode::kInvalidArgument, fmt::format("{} {}", what, why));
 }
 
+// torch's dtype objects, looked up once (torch is imported by then: a tensor was passed).
+struct TorchDtypes {
+  py::object f32, f16, bf16;
+};
+const TorchDtypes& torch_dtypes() {
+  static const auto* d = [] {
+    py::module_ torch = py::module_::import("torch");
+    return new TorchDtypes{torch.attr("float32"), torch.attr("float16"), torch.attr("bfloat16")};
+  }();
+  return *d;
+}
+
 // torch.Tensor, seen through its Python attributes: the module does not link LibTorch, so it
 // works with whatever torch the interpreter imports.
 Memory tensor_memory(py::handle t, Use use, const std::string& what) {
   Memory m;
-  const auto dtype = py::str(t.attr("dtype")).cast<std::string>();
-  if (dtype == "torch.float32") {
+  const TorchDtypes& d = torch_dtypes();
+  const py::object dtype = t.attr("dtype");
+  if (dtype.is(d.f32)) {
     m.type = GradType::kF32;
-  } else if (use == Use::kGradient && dtype == "torch.float16") {
+  } else if (use == Use::kGradient && dtype.is(d.f16)) {
     m.type = GradType::kF16;
-  } else if (use == Use::kGradient && dtype == "torch.bfloat16") {
+  } else if (use == Use::kGradient && dtype.is(d.bf16)) {
     m.type = GradType::kBF16;
   } else {
     throw refuse(what, fmt::format("is a {} tensor; psrt takes {} here (psrt never converts: "
                                    "pass t.to(torch.float32) yourself)",
-                                   dtype, wanted(use)));
+                                   py::str(dtype).cast<std::string>(), wanted(use)));
   }
   if (!t.attr("is_contiguous")().cast<bool>())
     throw refuse(what,
                  "is not contiguous; psrt sends from and receives into the tensor's own "
                  "memory and never copies it: pass t.contiguous() and keep using that tensor");
-  const auto device = py::str(t.attr("device").attr("type")).cast<std::string>();
-  if (device == "cuda") {
+  if (t.attr("is_cuda").cast<bool>()) {
     m.buffer.memory = MemoryType::kCuda;
-  } else if (device != "cpu") {
+  } else if (!t.attr("is_cpu").cast<bool>()) {
     throw Error(ErrorCode::kUnsupported,
-                fmt::format("{} is on {}: psrt moves CPU and CUDA tensors", what, device));
+                fmt::format("{} is on {}: psrt moves CPU and CUDA tensors", what,
+                            py::str(t.attr("device")).cast<std::string>()));
   }
   if (use == Use::kValue && m.buffer.memory == MemoryType::kCuda)
     throw Error(ErrorCode::kUnsupported,
