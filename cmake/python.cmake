@@ -3,6 +3,10 @@
 # -DPython3_EXECUTABLE=/usr/bin/python3; without it, the first of `python3` on PATH and
 # /usr/bin/python3 that imports torch is taken (say which one in the configure output).
 set(_python_found FALSE)
+if(PSRT_WITH_PYTHON MATCHES "^(ON|on|TRUE|1|YES)$" AND NOT PSRT_HAVE_TORCH)
+  message(FATAL_ERROR "PSRT_WITH_PYTHON=ON needs the LibTorch integration: configure with "
+                      "-DPSRT_WITH_TORCH=AUTO or ON (apt-get install libtorch-dev python3-torch)")
+endif()
 if(NOT PSRT_WITH_PYTHON MATCHES "^(OFF|off|FALSE|0|NO)$" AND PSRT_HAVE_TORCH)
   if(NOT Python3_EXECUTABLE)
     find_program(_psrt_path_python3 python3)
