@@ -16,7 +16,9 @@ Wrap the torch.optim.SGD you built; the servers run it on the mean of the worker
 How it works (as the C++ integration, include/psrt/torch.h):
 - Every trained parameter is a key (psrt.key_of(name), FNV-1a 64 of its name). A tensor hook
   sends each gradient as autograd produces it (one push_pull per slice) while backward goes on;
-  the reply lands in the parameter's own storage, without a copy.
+  the reply lands in the parameter's own storage, without a copy. Every gradient is handed to
+  the transport as it arrives (the C++ integration with push_credit_bytes = 0). With
+  grad_dtype float16/bfloat16 a gradient goes as a push then a pull.
 - A forward pre-hook on every module waits for the pulls of that module's own parameters, so the
   next forward overlaps with the pulls of later layers; nothing to add to the model. A parameter
   no forward waited for (used outside any module) makes step() wait for every pull.

@@ -16,8 +16,9 @@ def test_one_worker_through_the_servers_matches_torch_sgd_step_for_step():
     assert r.count("PASS equiv") == 1, r.out
 
 
-def test_workers_start_from_rank_0_and_hold_the_same_weights_every_step():
-    r = run_job("--transport tcp -n 2", "torch_worker.py", "sync")
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_workers_start_from_rank_0_and_hold_the_same_weights_every_step(dtype):
+    r = run_job("--transport tcp -n 2", "torch_worker.py", f"sync {dtype}")
     assert r.rc == 0, r.out
     assert r.count("PASS sync") == 2, r.out
     for what in ["initial"] + [f"step {i}" for i in range(10)]:

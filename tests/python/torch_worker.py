@@ -4,7 +4,8 @@ on success and exits 1 with a message otherwise.
     torch_worker.py equiv   1 worker: DistributedOptimizer(SGD momentum, Nesterov, weight decay,
                             cosine schedule) against plain torch.optim.SGD, step by step;
                             then gradient accumulation is refused
-    torch_worker.py sync    2 workers, sync: every worker starts from rank 0's values and holds
+    torch_worker.py sync [fp32|bf16]
+                            2 workers, sync: every worker starts from rank 0's values and holds
                             the same weights every step; frozen parameters are broadcast and
                             never trained; a parameter backward does not reach stays put;
                             tied parameters are one key; BatchNorm statistics stay local
@@ -127,13 +128,14 @@ def digest(model):
     return h.hexdigest()[:16]
 
 
-def sync(w):
+def sync(w, dtype="fp32"):
     torch.manual_seed(w.rank)  # different values on each worker until rank 0's are broadcast
     model = Tied()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = psrt.torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
-        named_parameters=model.named_parameters(), worker=w)
+        named_parameters=model.named_parameters(), worker=w,
+        grad_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
     names = opt.parameter_names
     expect("tail.weight" not in names and "head.weight" in names, f"names {names}")
     print(f"initial {digest(model)} rank {w.rank}", flush=True)
@@ -157,7 +159,7 @@ def sync(w):
 
 def main():
     w = psrt.Worker.from_env()
-    {"equiv": equiv, "sync": sync}[sys.argv[1]](w)
+    {"equiv": equiv, "sync": sync}[sys.argv[1]](w, *sys.argv[2:])
     w.shutdown()
 
 
