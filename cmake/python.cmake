@@ -7,7 +7,11 @@ if(PSRT_WITH_PYTHON MATCHES "^(ON|on|TRUE|1|YES)$" AND NOT PSRT_HAVE_TORCH)
   message(FATAL_ERROR "PSRT_WITH_PYTHON=ON needs the LibTorch integration: configure with "
                       "-DPSRT_WITH_TORCH=AUTO or ON (apt-get install libtorch-dev python3-torch)")
 endif()
-if(NOT PSRT_WITH_PYTHON MATCHES "^(OFF|off|FALSE|0|NO)$" AND PSRT_HAVE_TORCH)
+if(PSRT_SANITIZE AND NOT PSRT_WITH_PYTHON MATCHES "^(OFF|off|FALSE|0|NO)$")
+  # An instrumented extension loads only into an interpreter started with the sanitizer's runtime
+  # preloaded; the sanitizer builds test the C++ code.
+  message(STATUS "PSRT_WITH_PYTHON: off in a sanitizer build (PSRT_SANITIZE=${PSRT_SANITIZE})")
+elseif(NOT PSRT_WITH_PYTHON MATCHES "^(OFF|off|FALSE|0|NO)$" AND PSRT_HAVE_TORCH)
   if(NOT Python3_EXECUTABLE)
     find_program(_psrt_path_python3 python3)
     foreach(candidate ${_psrt_path_python3} /usr/bin/python3)
@@ -29,8 +33,12 @@ if(NOT PSRT_WITH_PYTHON MATCHES "^(OFF|off|FALSE|0|NO)$" AND PSRT_HAVE_TORCH)
     endif()
   endif()
 endif()
-psrt_resolve_feature(PSRT_WITH_PYTHON "${_python_found}"
-                     "pybind11-dev python3-dev python3-torch (and LibTorch: libtorch-dev)")
+if(PSRT_SANITIZE)
+  set(PSRT_HAVE_PYTHON 0)
+else()
+  psrt_resolve_feature(PSRT_WITH_PYTHON "${_python_found}"
+                       "pybind11-dev python3-dev python3-torch (and LibTorch: libtorch-dev)")
+endif()
 if(PSRT_HAVE_PYTHON)
   message(STATUS "psrt Python module for ${Python3_EXECUTABLE} (Python ${Python3_VERSION})")
   # Where `cmake --install` puts the package, relative to CMAKE_INSTALL_PREFIX: the interpreter's
