@@ -72,6 +72,10 @@ void bind_handle(py::module_& m) {
       .def("sent", &PyHandle::sent,
            "True once every byte this operation sends has left the caller's buffer (a "
            "push_pull's grad may be reused while `out` is still pending).")
+      .def("version", &PyHandle::version,
+           "The version of the weights a completed pull or push_pull received: the servers' "
+           "update count of the key (in sync its rounds; 0 = the initial value), the lowest over "
+           "its slices. 0 for a push or an operation not complete.")
       .def("__repr__", [](const PyHandle& h) {
         return fmt::format("<psrt.Handle {} {}>", h.what(), h.ready() ? "complete" : "running");
       });

@@ -42,6 +42,7 @@ class PyHandle {
   bool wait(std::optional<double> timeout_s) const;
   bool ready() const { return op_->handle.ready(); }
   bool sent() const { return op_->handle.sent(); }
+  std::uint64_t version() const { return op_->handle.version(); }
   const std::string& what() const { return op_->what; }
 
  private:

@@ -2,7 +2,8 @@
 checks exact values itself (integer-valued gradients, so every float sum is exact); it prints
 "PASS <scenario> rank <r>" on success and exits 1 with a message otherwise.
 
-    job_worker.py sync --rounds R      sum, lr 1: closed form after every round
+    job_worker.py sync --rounds R      sum, lr 1: closed form after every round; the version
+                                       a pull returned is the round
     job_worker.py async --rounds R     final = init - every gradient pushed by every worker
     job_worker.py zero_copy            pulls land in the objects' own memory; objects released
                                        before wait() (or never waited) are kept alive
@@ -43,7 +44,7 @@ def grad_of(rank, key, size, round_):
     return ((np.arange(size) % 5) + rank + key + round_).astype(np.float32)
 
 
-def init_keys(w, make):
+def init_keys(w, make, initial_version=True):
     out = {}
     for key, size in enumerate(SIZES):
         out[key] = make(np.full(size, 100.0, np.float32))
@@ -51,7 +52,10 @@ def init_keys(w, make):
             w.init(key, out[key])
     w.barrier()
     for key in out:
-        w.pull(key, out[key]).wait()
+        h = w.pull(key, out[key])
+        h.wait()
+        # sync: no round completes before every worker pushed; async: others may have pushed
+        expect(h.version() == 0 or not initial_version, f"key {key}: version {h.version()}")
     return out
 
 
@@ -66,20 +70,21 @@ def sync(w, rounds):
     weights[1] = weights[1].numpy()  # a NumPy view of the same memory
     expected = {k: np.full(s, 100.0, np.float32) for k, s in enumerate(SIZES)}
     for r in range(rounds):
-        handles = []
+        handles = []  # (handle, the version it must return: round r + 1, 0 for a push)
         for key, size in enumerate(SIZES):
             g = grad_of(w.rank, key, size, r)
             kind = (key + r) % 3
             if kind == 0:
-                handles.append(w.push_pull(key, torch.from_numpy(g), weights[key]))
+                handles.append((w.push_pull(key, torch.from_numpy(g), weights[key]), r + 1))
             elif kind == 1:
-                handles.append(w.push_pull(key, g, weights[key]))
+                handles.append((w.push_pull(key, g, weights[key]), r + 1))
             else:
-                handles.append(w.push(key, torch.from_numpy(g).half()))
-                handles.append(w.pull(key, weights[key]))
+                handles.append((w.push(key, torch.from_numpy(g).half()), 0))
+                handles.append((w.pull(key, weights[key]), r + 1))
             expected[key] -= total(w.num_workers, key, size, r)
-        for h in handles:
+        for h, version in handles:
             expect(h.wait() is True, "wait() did not return True")
+            expect(h.version() == version, f"round {r}: {h} version {h.version()}, not {version}")
         for key in weights:
             got = np.asarray(weights[key])
             expect(np.array_equal(got, expected[key]),
@@ -88,13 +93,17 @@ def sync(w, rounds):
 
 
 def async_(w, rounds):
-    weights = init_keys(w, lambda a: torch.from_numpy(a))
+    weights = init_keys(w, torch.from_numpy, initial_version=False)
     for r in range(rounds):
         for key, size in enumerate(SIZES):
             w.push_pull(key, grad_of(w.rank, key, size, r), weights[key]).wait()
     w.barrier()  # every worker's pushes are in
     for key, size in enumerate(SIZES):
-        w.pull(key, weights[key]).wait()
+        h = w.pull(key, weights[key])
+        h.wait()
+        # async: a server update applies the gradients that arrived since the last one
+        expect(rounds <= h.version() <= rounds * w.num_workers,
+               f"async key {key}: version {h.version()}")
         want = np.full(size, 100.0, np.float32)
         for r in range(rounds):
             want -= total(w.num_workers, key, size, r)
