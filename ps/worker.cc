@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <functional>
