@@ -14,13 +14,21 @@ namespace py = pybind11;
 namespace psrt::python {
 namespace {
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 class PyWorker {
  public:
   PyWorker(Worker worker, std::chrono::milliseconds op_timeout)
       : worker_(std::make_unique<Worker>(std::move(worker))), op_timeout_(op_timeout) {}
   ~PyWorker() {
     // Waits for the outstanding operations (bounded) before their tensors are released.
-    if (_Py_IsFinalizing()) {
+    if (finalizing()) {
       worker_.reset();
     } else {
       py::gil_scoped_release release;
