@@ -1,0 +1,322 @@
+#include "suite_bench.h"
+
+#include <fmt/core.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "child_command.h"
+#include "psrt/error.h"
+#include "suite_table.h"
+#include "transport/factory.h"
+
+namespace psrt::bench {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string join(const std::vector<std::size_t>& v) {
+  std::string s;
+  for (std::size_t x : v)
+    s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::string tail(const std::string& text, std::size_t lines) {
+  std::size_t pos = text.size();
+  for (std::size_t n = 0; n <= lines && pos != std::string::npos && pos > 0; ++n)
+    pos = text.rfind('\n', pos - 1);
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
+std::filesystem::path self_exe() {
+  return std::filesystem::read_symlink("/proc/self/exe");
+}
+
+// The psrun launcher of the job, from the arguments after `--` ("local" when none is named).
+std::string launcher_of(const std::vector<std::string>& psrun_args) {
+  for (std::size_t i = 0; i < psrun_args.size(); ++i) {
+    if (psrun_args[i] == "--launcher" && i + 1 < psrun_args.size()) return psrun_args[i + 1];
+    if (psrun_args[i].rfind("--launcher=", 0) == 0) return psrun_args[i].substr(11);
+  }
+  return "local";
+}
+
+std::vector<std::size_t> checked_sizes(const SuiteConfig& c) {
+  const auto sizes = size_sweep(parse_size(c.begin), parse_size(c.end), c.factor);
+  if (sizes.front() % sizeof(float) != 0)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("-b {}: sizes must be whole fp32 tensors (a multiple of 4 bytes)", c.begin));
+  if (sizes.back() > (std::size_t{1} << 31))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("-e {}: psbench pushpull takes tensors up to 2G", c.end));
+  return sizes;
+}
+
+// One psrun job: N workers of `psbench pushpull` over all sizes.
+std::vector<Measurement> run_job(const SuiteConfig& c, const std::string& transport, int n, int s,
+                                 const std::vector<std::size_t>& sizes) {
+  const std::string psrun =
+      c.psrun.empty() ? (self_exe().parent_path() / "psrun").string() : c.psrun;
+  std::vector<std::string> argv{psrun, "--transport",    transport, "-n", std::to_string(n),
+                                "-s",  std::to_string(s)};
+  argv.insert(argv.end(), c.psrun_args.begin(), c.psrun_args.end());
+  for (const std::string& a :
+       {std::string("--"), self_exe().string(), std::string("pushpull"), std::string("--size"),
+        join(sizes), std::string("--iters"), std::to_string(c.iters), std::string("--warmup"),
+        std::to_string(c.warmup)})
+    argv.push_back(a);
+  const std::string job = fmt::format("{} with {} workers and {} servers", transport, n, s);
+  std::cerr << "psbench suite: running " << job << "\n";
+  const CommandOutput r = run_bounded(argv, {}, std::chrono::seconds(c.timeout_s));
+  if (r.timed_out || r.exit_code != 0) {
+    throw Error(ErrorCode::kPeerFailed,
+                fmt::format("the job {} {} (psrun exit code {}); its last lines:\n{}", job,
+                            r.timed_out ? fmt::format("ran past --timeout {} s", c.timeout_s)
+                                        : std::string("failed"),
+                            r.exit_code, tail(r.out, 15)));
+  }
+  std::vector<Measurement> out;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto brace = line.find("{\"bench\":\"pushpull\"");
+    if (brace == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(line.substr(brace));
+    out.push_back({.transport = transport,
+                   .workers = j.at("workers").get<int>(),
+                   .servers = j.at("servers").get<int>(),
+                   .size = j.at("size").get<std::size_t>(),
+                   .iters = j.at("iters").get<int>(),
+                   .time_us_p50 = j.at("round_us_p50").get<double>(),
+                   .time_us_p99 = j.at("round_us_p99").get<double>()});
+  }
+  if (out.size() != sizes.size()) {
+    throw Error(ErrorCode::kProtocol,
+                fmt::format("the job {} reported {} of {} sizes; its last lines:\n{}", job,
+                            out.size(), sizes.size(), tail(r.out, 15)));
+  }
+  return out;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 13337;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 13337;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    if (!d.empty() && ::access((std::filesystem::path(d) / program).c_str(), X_OK) == 0)
+      return true;
+  }
+  return false;
+}
+
+// ucx_perftest tag_bw between two processes of this host at `size`, GB/s; nullopt (and why on
+// stderr) when it does not run. tcp is measured with UCX_TLS=tcp, ucx with the UCX_TLS in effect.
+std::optional<double> perftest_gbps(const std::string& transport, std::size_t size) {
+  EnvChanges env;
+  if (transport == "tcp") env.emplace_back("UCX_TLS", "tcp");
+  const std::string port = std::to_string(free_port());
+  // About 512 MiB per measurement, between 20 and 20000 messages, a tenth as warm-up.
+  const std::size_t iters = std::clamp<std::size_t>((std::size_t{512} << 20) / size, 20, 20000);
+  BackgroundCommand server({"ucx_perftest", "-p", port}, env);
+  const std::vector<std::string> client{
+      "ucx_perftest", "127.0.0.1",
+      "-p",           port,
+      "-t",           "tag_bw",
+      "-s",           std::to_string(size),
+      "-n",           std::to_string(iters),
+      "-w",           std::to_string(std::max<std::size_t>(iters / 10, 2))};
+  CommandOutput r;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // until the server listens (≤ ~5 s)
+    r = run_bounded(client, env, std::chrono::seconds(120));
+    if (r.exit_code == 0 || r.timed_out) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  server.wait_exit(std::chrono::seconds(5));
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("Final:", 0) != 0) continue;
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;)
+      f.push_back(w);
+    // Final: iters typical_lat avg_lat overall_lat avg_bw overall_bw (MB/s = 2^20 B/s) ...
+    if (f.size() >= 7) return std::stod(f[6]) * 1048576.0 / 1e9;
+  }
+  std::cerr << "psbench suite: ucx_perftest tag_bw at " << size << " B gave no result ("
+            << (r.timed_out ? "timed out" : "exit code " + std::to_string(r.exit_code))
+            << "); no ceiling at that size\n";
+  return std::nullopt;
+}
+
+nlohmann::json config_json(const SuiteConfig& c, const std::vector<std::size_t>& sizes) {
+  return {{"sizes", sizes},
+          {"transports", c.transports},
+          {"workers", c.workers},
+          {"servers", c.servers},
+          {"iters", c.iters},
+          {"warmup", c.warmup},
+          {"link_gbps", c.link_gbit ? nlohmann::json(*c.link_gbit) : nlohmann::json(nullptr)},
+          {"min_bw_GBps", c.min_bw ? nlohmann::json(*c.min_bw) : nlohmann::json(nullptr)},
+          {"launcher", launcher_of(c.psrun_args)},
+          {"psrun_args", c.psrun_args}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& doc) {
+  std::ofstream f(path);
+  f << doc.dump(1) << "\n";
+  if (!f) throw Error(ErrorCode::kSystem, "--json " + path + ": cannot write the file");
+}
+
+}  // namespace
+
+CLI::App* add_suite_command(CLI::App& app, SuiteConfig& c) {
+  std::string backends;
+  for (const auto& b : transport::available_backends())
+    backends += (backends.empty() ? "" : ", ") + b;
+  auto* su = app.add_subcommand(
+      "suite",
+      "sweep of sizes x transports x N workers x S servers through psrun, printed like "
+      "nccl-tests (arguments after -- go to psrun, e.g. --launcher ssh -H ...)");
+  const auto size_check = CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          parse_size(v);
+          return {};
+        } catch (const Error& e) {
+          return e.what();
+        }
+      },
+      "SIZE");
+  su->add_option("-b,--minbytes", c.begin, "smallest tensor, bytes (K/M/G suffixes)")
+      ->check(size_check)
+      ->capture_default_str();
+  su->add_option("-e,--maxbytes", c.end, "largest tensor, bytes (K/M/G suffixes)")
+      ->check(size_check)
+      ->capture_default_str();
+  su->add_option("-f,--stepfactor", c.factor, "multiply the size by this from -b to -e")
+      ->check(CLI::Range(2, 1024))
+      ->capture_default_str();
+  su->add_option("--transports", c.transports, "comma-separated: " + backends)
+      ->delimiter(',')
+      ->check(CLI::IsMember(transport::available_backends()))
+      ->capture_default_str();
+  su->add_option("-n,--workers", c.workers, "worker counts N, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  su->add_option("-s,--servers", c.servers, "server counts S, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  su->add_option("--iters", c.iters, "measured rounds per size")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  su->add_option("--warmup", c.warmup, "unmeasured rounds per size first")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  su->add_option("--link-gbps", c.link_gbit,
+                 "the link rate in Gbit/s (psrun --preflight reports it): adds each busbw as a "
+                 "fraction of it and the bound (M/B)*max(1,N/S)")
+      ->check(CLI::PositiveNumber);
+  su->add_option("--min-bw", c.min_bw,
+                 "fail (exit code 3) when a job's average worker busbw is below this, GB/s")
+      ->check(CLI::NonNegativeNumber);
+  su->add_option("--json", c.json_path, "also write the rows (and the ceiling) to this file");
+  su->add_option("--ceiling", c.ceiling,
+                 "auto: ucx_perftest tag_bw per size as the ceiling when the job is on this host "
+                 "and ucx_perftest is installed; off: none")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
+  su->add_option("--psrun", c.psrun, "the psrun to launch jobs with (default: next to psbench)");
+  su->add_option("--timeout", c.timeout_s, "seconds one job may run before it is stopped")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  su->add_option("psrun-args", c.psrun_args, "after --: more psrun options for every job")
+      ->expected(-1);
+  return su;
+}
+
+int run_suite(const SuiteConfig& c) {
+  const std::vector<std::size_t> sizes = checked_sizes(c);
+  const bool one_host = launcher_of(c.psrun_args) == "local";
+  const bool want_ceiling = c.ceiling == "auto" && one_host;
+  if (c.ceiling == "auto" && !one_host)
+    std::cerr << "psbench suite: no ucx_perftest ceiling across hosts; --link-gbps gives the "
+                 "link rate instead\n";
+  bool have_perftest = false;
+  if (want_ceiling) {
+    have_perftest = on_path("ucx_perftest");
+    if (!have_perftest)
+      std::cerr << "psbench suite: ucx_perftest is not on PATH (Debian: ucx-utils); no ceiling\n";
+  }
+  nlohmann::json doc = {{"config", config_json(c, sizes)},
+                        {"rows", nlohmann::json::array()},
+                        {"averages", nlohmann::json::array()}};
+  std::vector<std::string> failures;
+  for (const std::string& transport : c.transports) {
+    std::map<std::size_t, std::optional<double>> ceiling;
+    if (have_perftest) {
+      std::cerr << "psbench suite: ucx_perftest tag_bw ceiling for " << transport << "\n";
+      for (std::size_t size : sizes)
+        ceiling[size] = perftest_gbps(transport, size);
+    }
+    for (int s : c.servers) {
+      for (int n : c.workers) {
+        std::vector<SuiteRow> rows;
+        try {
+          for (const Measurement& m : run_job(c, transport, n, s, sizes)) {
+            rows.push_back(make_row(m, c.link_gbit));
+            if (auto it = ceiling.find(m.size); it != ceiling.end())
+              rows.back().ceiling_gbps = it->second;
+          }
+        } catch (const Error&) {
+          if (!c.json_path.empty()) write_json(c.json_path, doc);  // what ran so far
+          throw;
+        }
+        print_table(std::cout, rows, c.link_gbit);
+        std::cout.flush();
+        for (const auto& r : rows)
+          doc["rows"].push_back(row_json(r));
+        const SuiteAverage a = average(rows);
+        doc["averages"].push_back({{"transport", transport},
+                                   {"workers", n},
+                                   {"servers", s},
+                                   {"worker_busbw_GBps", a.worker_busbw_gbps},
+                                   {"server_busbw_GBps", a.server_busbw_gbps}});
+        if (c.min_bw) {
+          if (auto why = check_min_bw(rows, *c.min_bw)) failures.push_back(*why);
+        }
+      }
+    }
+  }
+  if (!c.json_path.empty()) write_json(c.json_path, doc);
+  for (const auto& why : failures)
+    std::cerr << "psbench suite: FAILED: " << why << "\n";
+  return failures.empty() ? 0 : 3;
+}
+
+}  // namespace psrt::bench
