@@ -31,11 +31,16 @@ std::string join(const std::vector<std::size_t>& v) {
   return s;
 }
 
+// The last `lines` lines of `text` ("(no output)" when it is empty).
 std::string tail(const std::string& text, std::size_t lines) {
-  std::size_t pos = text.size();
-  for (std::size_t n = 0; n <= lines && pos != std::string::npos && pos > 0; ++n)
-    pos = text.rfind('\n', pos - 1);
-  return pos == std::string::npos ? text : text.substr(pos + 1);
+  if (text.empty()) return "(no output)";
+  std::size_t start = text.size();
+  for (std::size_t n = 0; n <= lines && start > 0; ++n) {
+    const auto nl = text.rfind('\n', start - 1);
+    if (nl == std::string::npos) return text;
+    start = nl;
+  }
+  return text.substr(start + 1);
 }
 
 std::filesystem::path self_exe() {
