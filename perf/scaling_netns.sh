@@ -92,6 +92,28 @@ worker_hosts=$(for ((i = 1; i <= workers; i++)); do printf '%s%s' "${sep:-}" "$(
   echo "# links: tc tbf rate $rate burst 256kb latency 50ms, both directions of every worker and server host"
 } > "$out/traffic.txt"
 : > "$out/scaling.txt"
+# The anchor: what TCP gets through one shaped link, one way and both ways at once (psbench
+# transport bw, 4 MiB messages, worker host 1 <-> server host 1), in MiB/s.
+w1=$(addr 1) s1=$(addr $((workers + 1)))
+anchor() {  # anchor FROM_HOST_INDEX TO_ADDRESS PORT: a client in host FROM against a peer at TO
+  ip netns exec "psrt-s$1" "$bin/psbench" transport --transport tcp --mode bw --size 4194304 \
+    --iters 40 --warmup 5 --connect "$2:$3"
+}
+peer() {  # peer HOST_INDEX ADDRESS PORT: a passive side listening there
+  ip netns exec "psrt-s$1" "$bin/psbench" transport --transport tcp --size 4194304 --listen "$2:$3" \
+    > "$work/peer-$3.txt" &
+  for _ in $(seq 50); do grep -q LISTENING "$work/peer-$3.txt" 2>/dev/null && return; sleep 0.1; done
+  echo "scaling_netns.sh: the psbench transport peer on $2:$3 did not start" >&2; exit 1
+}
+peer $((workers + 1)) "$s1" 7001
+echo "anchor one way    $w1 -> $s1: $(anchor 1 "$s1" 7001)" >> "$out/traffic.txt"
+peer $((workers + 1)) "$s1" 7002; peer 1 "$w1" 7003
+anchor 1 "$s1" 7002 > "$work/up.txt" & up=$!
+anchor $((workers + 1)) "$w1" 7003 > "$work/down.txt"
+wait "$up"
+echo "anchor both ways  $w1 -> $s1: $(cat "$work/up.txt")" >> "$out/traffic.txt"
+echo "anchor both ways  $s1 -> $w1: $(cat "$work/down.txt")" >> "$out/traffic.txt"
+wait
 link_bytes() {  # bytes through host i's link: what the bridge side sent + received
   echo $(( $(cat "/sys/class/net/vb$1/statistics/tx_bytes") + $(cat "/sys/class/net/vb$1/statistics/rx_bytes") ))
 }
