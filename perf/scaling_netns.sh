@@ -10,7 +10,9 @@
 # (bytes, K/M/G, default 64M), SLICE (--partition-bytes, default 4194304), WORKERS (4), SERVERS
 # ("1 2 4"), ITERS (5), WARMUP (1), TRANSPORTS (tcp).
 # Writes OUT_DIR/scaling-S<s>.json per S, OUT_DIR/scaling.txt (the tables), OUT_DIR/traffic.txt
-# (bytes per host link and CPU use per S), and OUT_DIR/scaling-{bandwidth,scaling}.png.
+# (the anchor, bytes per host link and CPU use per S), OUT_DIR/links-S<s>.txt (every 100 ms:
+# time, then bytes into and out of the first worker's and the first server's host), and
+# OUT_DIR/scaling-{bandwidth,scaling}.png.
 #
 # Everything runs inside tests/multihost/private_net.sh (throwaway network, mount and PID
 # namespaces): the bridge, the hosts, their sshds and keys vanish with it even if this script is
@@ -123,6 +125,12 @@ for s in $servers; do
   unset sep2
   before=(); for ((i = 1; i < nhosts; i++)); do before+=("$(link_bytes "$i")"); done
   read -r busy0 total0 < <(cpu_busy)
+  # Every 100 ms, the bytes through the first worker's and the first server's links (the bridge
+  # side: tx = into the host, rx = out of it), for the timeline of a round.
+  ( while :; do
+      echo "$(date +%s.%N) $(cat /sys/class/net/vb1/statistics/{tx,rx}_bytes | tr '\n' ' ')$(cat /sys/class/net/vb$((workers + 1))/statistics/{tx,rx}_bytes | tr '\n' ' ')"
+      sleep 0.1
+    done > "$out/links-S$s.txt" ) & sampler=$!
   start=$(date +%s.%N)
   cmd=("$bin/psbench" suite -b "$model" -e "$model" --transports "${transports// /,}" -n "$workers" -s "$s"
        --iters "$iters" --warmup "$warmup" --link-gbps "$link" --json "$out/scaling-S$s.json" --timeout 600
@@ -131,6 +139,7 @@ for s in $servers; do
   echo "+ ip netns exec psrt-s0 ${cmd[*]}" >> "$out/scaling.txt"
   ip netns exec psrt-s0 "${cmd[@]}" 2> "$out/scaling-S$s.log" | tee -a "$out/scaling.txt"
   end=$(date +%s.%N)
+  kill "$sampler"; wait "$sampler" 2>/dev/null || true
   read -r busy1 total1 < <(cpu_busy)
   {
     awk -v s="$s" -v t="$end - $start" -v a="$start" -v b="$end" -v u="$busy1 $busy0 $total1 $total0" \
