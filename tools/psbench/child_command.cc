@@ -37,8 +37,12 @@ std::vector<std::string> merged_environment(const EnvChanges& changes) {
   }
   std::vector<std::string> out;
   out.reserve(env.size());
-  for (const auto& [name, value] : env)
-    out.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) {
+    std::string kv = name;
+    kv += '=';
+    kv += value;
+    out.push_back(std::move(kv));
+  }
   return out;
 }
 
@@ -46,11 +50,13 @@ std::vector<std::string> merged_environment(const EnvChanges& changes) {
 pid_t spawn(const std::vector<std::string>& argv, const EnvChanges& env, int out_fd) {
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;
+  cargv.reserve(args.size() + 1);
   for (auto& a : args)
     cargv.push_back(a.data());
   cargv.push_back(nullptr);
   std::vector<std::string> envs = merged_environment(env);
   std::vector<char*> cenv;
+  cenv.reserve(envs.size() + 1);
   for (auto& e : envs)
     cenv.push_back(e.data());
   cenv.push_back(nullptr);

@@ -57,7 +57,7 @@ std::string launcher_of(const std::vector<std::string>& psrun_args) {
 }
 
 std::vector<std::size_t> checked_sizes(const SuiteConfig& c) {
-  const auto sizes = size_sweep(parse_size(c.begin), parse_size(c.end), c.factor);
+  auto sizes = size_sweep(parse_size(c.begin), parse_size(c.end), c.factor);
   if (sizes.front() % sizeof(float) != 0)
     throw Error(
         ErrorCode::kInvalidArgument,
@@ -94,7 +94,7 @@ std::vector<Measurement> run_job(const SuiteConfig& c, const std::string& transp
   std::vector<Measurement> out;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
-    const auto brace = line.find("{\"bench\":\"pushpull\"");
+    const auto brace = line.find(R"({"bench":"pushpull")");
     if (brace == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line.substr(brace));
     out.push_back({.transport = transport,

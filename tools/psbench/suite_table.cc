@@ -75,7 +75,7 @@ SuiteRow make_row(const Measurement& m, std::optional<double> link_gbit) {
   SuiteRow r;
   r.m = m;
   r.count = m.size / sizeof(float);
-  const double bytes = static_cast<double>(m.size);
+  const auto bytes = static_cast<double>(m.size);
   const double seconds = m.time_us_p50 * 1e-6;
   r.algbw_gbps = 2.0 * bytes / seconds / 1e9;
   r.worker_busbw_gbps = bytes / seconds / 1e9;
