@@ -82,6 +82,7 @@ done
 ssh_args="-F /dev/null -i $work/id -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=5"
 for ((i = 1; i < nhosts; i++)); do  # every sshd answers (bounded: 50 tries)
   for try in $(seq 50); do
+    # shellcheck disable=SC2086  # ssh_args is a list of options
     ip netns exec psrt-s0 ssh $ssh_args "$(addr "$i")" true 2>/dev/null && break
     [ "$try" = 50 ] && { echo "scaling_netns.sh: sshd on $(addr "$i") does not answer" >&2; exit 1; }
     sleep 0.1
@@ -116,6 +117,19 @@ wait "$up"
 echo "anchor both ways  $w1 -> $s1: $(cat "$work/up.txt")" >> "$out/traffic.txt"
 echo "anchor both ways  $s1 -> $w1: $(cat "$work/down.txt")" >> "$out/traffic.txt"
 wait
+# ucx_perftest tag_bw (UCX_TLS=tcp, 4 MiB) over the same link, where ucx-utils is installed.
+if command -v ucx_perftest >/dev/null; then
+  ip netns exec "psrt-s$((workers + 1))" env UCX_TLS=tcp ucx_perftest -p 7010 >/dev/null 2>&1 &
+  perftest=""
+  for _ in $(seq 50); do
+    perftest=$(ip netns exec psrt-s1 env UCX_TLS=tcp timeout 120 ucx_perftest "$s1" -p 7010 \
+      -t tag_bw -s 4194304 -n 100 -w 10 2>/dev/null | grep '^Final:') && break
+    sleep 0.1
+  done
+  wait
+  # Final: iters typical avg overall-latency avg-bw overall-bw (MB/s = 2^20 B/s) ...
+  echo "anchor ucx_perftest tag_bw $w1 -> $s1: $(awk '{print $7}' <<<"$perftest") MiB/s" >> "$out/traffic.txt"
+fi
 link_bytes() {  # bytes through host i's link: what the bridge side sent + received
   echo $(( $(cat "/sys/class/net/vb$1/statistics/tx_bytes") + $(cat "/sys/class/net/vb$1/statistics/rx_bytes") ))
 }
