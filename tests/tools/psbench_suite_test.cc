@@ -83,6 +83,49 @@ TEST(PsbenchSuite, TcpSweepWritesOneRowPerSizePerJob) {
   }
 }
 
+// The PNG signature at the start of `path`.
+bool is_png(const std::filesystem::path& path) {
+  const std::string head = slurp(path).substr(0, 8);
+  return head == std::string("\x89PNG\r\n\x1a\n", 8);
+}
+
+Result shell(const std::string& cmd) {
+  FILE* p = ::popen(("timeout -k 5 120 " + cmd + " 2>&1 </dev/null").c_str(), "r");
+  Result r;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr)
+    r.out += buf.data();
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(PsbenchSuite, PlotSuiteDrawsBothFiguresFromTheJson) {
+  const auto json = scratch("plot.json");
+  const auto r = psbench(
+      "suite -b 4K -e 64K -f 16 --transports tcp -n 2 -s 1,2 --iters 3 "
+      "--warmup 0 --link-gbps 10 --ceiling off --json " +
+      json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto prefix = scratch("plot");
+  const auto plot = shell(std::string(PLOT_SUITE_PATH) + " -o " + prefix.string() +
+                          " --title test " + json.string());
+  ASSERT_EQ(plot.exit_code, 0) << plot.out;
+  EXPECT_EQ(plot.out, prefix.string() + "-bandwidth.png\n" + prefix.string() + "-scaling.png\n");
+  EXPECT_TRUE(is_png(prefix.string() + "-bandwidth.png"));
+  EXPECT_TRUE(is_png(prefix.string() + "-scaling.png"));
+  // A size that no row has, and a file that is not the suite's, are refused by name.
+  auto bad =
+      shell(std::string(PLOT_SUITE_PATH) + " -o " + prefix.string() + " --size 5 " + json.string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.out, "plot_suite: --size 5: no row has that size (sizes: [4096, 65536])\n");
+  const auto other = scratch("other.json");
+  std::ofstream(other) << R"({"rows":[{"transport":"tcp","workers":"two"}]})";
+  bad = shell(std::string(PLOT_SUITE_PATH) + " " + other.string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.out, "plot_suite: " + other.string() + ": row 0 has no numeric \"workers\"\n");
+}
+
 TEST(PsbenchSuite, MinBwGateFailsTheRunNamingTheJob) {
   const auto json = scratch("gate.json");
   const auto r = psbench(
