@@ -1,5 +1,6 @@
 // psbench suite's arithmetic with fixed inputs: the -b/-e/-f sweep and its K/M/G sizes, the
-// bandwidths of a row, the averages, the --min-bw gate and the table's footer.
+// bandwidths of a row, the averages, the --min-bw gate, the table's footer, and where the
+// ucx_perftest ceiling is measured for psrun's arguments.
 #include "suite_table.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "psrt/error.h"
+#include "suite_ceiling.h"
 
 namespace psrt::bench {
 namespace {
@@ -144,6 +146,34 @@ TEST(SuiteTable, OneLinePerRowAndTheAverageInTheFooter) {
                       "(41.9 % / 83.9 % of the link)\n"),
             std::string::npos)
       << text;
+}
+
+TEST(SuiteCeiling, SshJobMeasuresFromTheFirstOtherHostToTheFirstServerHost) {
+  std::string why;
+  const auto plan = plan_ceiling({"--launcher", "ssh", "--ssh-args", "-i key  -o BatchMode=yes",
+                                  "-H", "w1:4,[fd09::12]:2,w3", "--server-hosts=s1,s2"},
+                                 why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_FALSE(plan->local);
+  EXPECT_EQ(plan->server_host, "s1");
+  EXPECT_EQ(plan->client_host, "w1");
+  EXPECT_EQ(plan->ssh_args, (std::vector<std::string>{"-i", "key", "-o", "BatchMode=yes"}));
+  // Without --server-hosts the servers go round-robin over -H: the first host and the next one.
+  const auto shared = plan_ceiling({"--launcher=ssh", "--hosts", "fd09::11,h2:1"}, why);
+  ASSERT_TRUE(shared) << why;
+  EXPECT_EQ(shared->server_host, "fd09::11");
+  EXPECT_EQ(shared->client_host, "h2");
+  EXPECT_TRUE(shared->ssh_args.empty());
+}
+
+TEST(SuiteCeiling, NoPairOfHostsNoCeilingAndTheReason) {
+  std::string why;
+  EXPECT_FALSE(plan_ceiling({"--launcher", "ssh", "-H", "a:4", "--server-hosts", "a"}, why));
+  EXPECT_EQ(why, "every process is on a; no link between two hosts to measure");
+  EXPECT_FALSE(plan_ceiling({"--launcher", "ssh", "--hostfile", "hosts.txt"}, why));
+  EXPECT_EQ(why, "the ssh job names its hosts in a --hostfile; give -H for a ceiling");
+  EXPECT_FALSE(plan_ceiling({"--launcher", "mpi", "-H", "a:4,b:4"}, why));
+  EXPECT_EQ(why, "--launcher mpi places the ranks itself; --link-gbps gives the rate");
 }
 
 }  // namespace

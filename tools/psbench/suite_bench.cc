@@ -1,9 +1,6 @@
 #include "suite_bench.h"
 
 #include <fmt/core.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -12,17 +9,15 @@
 #include <iostream>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include "child_command.h"
 #include "psrt/error.h"
+#include "suite_ceiling.h"
 #include "suite_table.h"
 #include "transport/factory.h"
 
 namespace psrt::bench {
 namespace {
-
-using std::chrono::milliseconds;
 
 std::string join(const std::vector<std::size_t>& v) {
   std::string s;
@@ -113,70 +108,6 @@ std::vector<Measurement> run_job(const SuiteConfig& c, const std::string& transp
   return out;
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 13337;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 13337;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
-bool on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path != nullptr ? path : "");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    if (!d.empty() && ::access((std::filesystem::path(d) / program).c_str(), X_OK) == 0)
-      return true;
-  }
-  return false;
-}
-
-// ucx_perftest tag_bw between two processes of this host at `size`, GB/s; nullopt (and why on
-// stderr) when it does not run. tcp is measured with UCX_TLS=tcp, ucx with the UCX_TLS in effect.
-std::optional<double> perftest_gbps(const std::string& transport, std::size_t size) {
-  EnvChanges env;
-  if (transport == "tcp") env.emplace_back("UCX_TLS", "tcp");
-  const std::string port = std::to_string(free_port());
-  // About 512 MiB per measurement, between 20 and 20000 messages, a tenth as warm-up.
-  const std::size_t iters = std::clamp<std::size_t>((std::size_t{512} << 20) / size, 20, 20000);
-  BackgroundCommand server({"ucx_perftest", "-p", port}, env);
-  const std::vector<std::string> client{
-      "ucx_perftest", "127.0.0.1",
-      "-p",           port,
-      "-t",           "tag_bw",
-      "-s",           std::to_string(size),
-      "-n",           std::to_string(iters),
-      "-w",           std::to_string(std::max<std::size_t>(iters / 10, 2))};
-  CommandOutput r;
-  for (int attempt = 0; attempt < 50; ++attempt) {  // until the server listens (≤ ~5 s)
-    r = run_bounded(client, env, std::chrono::seconds(120));
-    if (r.exit_code == 0 || r.timed_out) break;
-    std::this_thread::sleep_for(milliseconds(100));
-  }
-  server.wait_exit(std::chrono::seconds(5));
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("Final:", 0) != 0) continue;
-    std::istringstream fields(line);
-    std::vector<std::string> f;
-    for (std::string w; fields >> w;)
-      f.push_back(w);
-    // Final: iters typical_lat avg_lat overall_lat avg_bw overall_bw (MB/s = 2^20 B/s) ...
-    if (f.size() >= 7) return std::stod(f[6]) * 1048576.0 / 1e9;
-  }
-  std::cerr << "psbench suite: ucx_perftest tag_bw at " << size << " B gave no result ("
-            << (r.timed_out ? "timed out" : "exit code " + std::to_string(r.exit_code))
-            << "); no ceiling at that size\n";
-  return std::nullopt;
-}
-
 nlohmann::json config_json(const SuiteConfig& c, const std::vector<std::size_t>& sizes) {
   return {{"sizes", sizes},
           {"transports", c.transports},
@@ -252,8 +183,9 @@ CLI::App* add_suite_command(CLI::App& app, SuiteConfig& c) {
       ->check(CLI::NonNegativeNumber);
   su->add_option("--json", c.json_path, "also write the rows (and the ceiling) to this file");
   su->add_option("--ceiling", c.ceiling,
-                 "auto: ucx_perftest tag_bw per size as the ceiling when the job is on this host "
-                 "and ucx_perftest is installed; off: none")
+                 "auto: ucx_perftest tag_bw per size as the ceiling: between two processes here "
+                 "for a local job, between a server host and a worker host (through ssh) for "
+                 "--launcher ssh; off: none")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
   su->add_option("--psrun", c.psrun, "the psrun to launch jobs with (default: next to psbench)");
@@ -267,16 +199,11 @@ CLI::App* add_suite_command(CLI::App& app, SuiteConfig& c) {
 
 int run_suite(const SuiteConfig& c) {
   const std::vector<std::size_t> sizes = checked_sizes(c);
-  const bool one_host = launcher_of(c.psrun_args) == "local";
-  const bool want_ceiling = c.ceiling == "auto" && one_host;
-  if (c.ceiling == "auto" && !one_host)
-    std::cerr << "psbench suite: no ucx_perftest ceiling across hosts; --link-gbps gives the "
-                 "link rate instead\n";
-  bool have_perftest = false;
-  if (want_ceiling) {
-    have_perftest = on_path("ucx_perftest");
-    if (!have_perftest)
-      std::cerr << "psbench suite: ucx_perftest is not on PATH (Debian: ucx-utils); no ceiling\n";
+  std::optional<CeilingPlan> plan;
+  if (c.ceiling == "auto") {
+    std::string why_not;
+    plan = plan_ceiling(c.psrun_args, why_not);
+    if (!plan) std::cerr << "psbench suite: no ucx_perftest ceiling: " << why_not << "\n";
   }
   nlohmann::json doc = {{"config", config_json(c, sizes)},
                         {"rows", nlohmann::json::array()},
@@ -284,10 +211,14 @@ int run_suite(const SuiteConfig& c) {
   std::vector<std::string> failures;
   for (const std::string& transport : c.transports) {
     std::map<std::size_t, std::optional<double>> ceiling;
-    if (have_perftest) {
-      std::cerr << "psbench suite: ucx_perftest tag_bw ceiling for " << transport << "\n";
-      for (std::size_t size : sizes)
-        ceiling[size] = perftest_gbps(transport, size);
+    if (plan) {
+      std::cerr << "psbench suite: ucx_perftest tag_bw ceiling for " << transport
+                << (plan->local ? "" : " from " + plan->client_host + " to " + plan->server_host)
+                << "\n";
+      for (std::size_t size : sizes) {
+        ceiling[size] = perftest_gbps(*plan, transport, size);
+        if (!ceiling[size]) break;  // the reason is printed; the other sizes would fail alike
+      }
     }
     for (int s : c.servers) {
       for (int n : c.workers) {
