@@ -148,6 +148,7 @@ for s in $servers; do
   start=$(date +%s.%N)
   cmd=("$bin/psbench" suite -b "$model" -e "$model" --transports "${transports// /,}" -n "$workers" -s "$s"
        --iters "$iters" --warmup "$warmup" --link-gbps "$link" --json "$out/scaling-S$s.json" --timeout 600
+       --ceiling off  # the anchors above; keeps the link counters to the job
        -- --launcher ssh --ssh-args "$ssh_args" -H "$worker_hosts" --server-hosts "$server_hosts"
        --interface 10.9.0.0/24 --partition-bytes "$slice")
   echo "+ ip netns exec psrt-s0 ${cmd[*]}" >> "$out/scaling.txt"
