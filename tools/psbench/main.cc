@@ -52,6 +52,10 @@ CLI::App* add_pushpull_command(CLI::App& app, psrt::bench::PushPullConfig& pc) {
   pp->add_option("--size", pc.sizes, "tensor sizes in bytes, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31));
+  pp->add_option("--keys", pc.keys,
+                 "tensors of --size per round, all in flight before the first wait (1: latency)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   pp->add_option("--iters", pc.iters, "measured rounds per size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
