@@ -107,6 +107,10 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
         }
       })
       ->capture_default_str();
+  app.add_flag("--preflight", a.preflight,
+               "check this host for the job the other flags describe (UCX and its transports, "
+               "RDMA ports and their rate, locked-memory limit, CUDA devices, the scheduler's "
+               "port), print one table and exit 1 naming what would fail; runs no job");
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
   app.add_option("command", a.command,
                  "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
@@ -117,7 +121,7 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
 }
 
 std::optional<int> finish_options(const CLI::App& app, Args& a, const std::string& self_exe) {
-  if (a.command.empty()) {
+  if (a.command.empty() && !a.preflight) {
     // The default job: LeNet on Fashion-MNIST for one epoch with two workers.
     const auto pstrain = std::filesystem::path(self_exe).parent_path() / "pstrain";
     if (!std::filesystem::exists(pstrain)) {
