@@ -1,0 +1,254 @@
+#include "runtime/placement/placement.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+namespace psrt::placement {
+namespace {
+
+// The physical GPU (index into topo.gpus) a worker's numbering index `visible` maps to, under
+// CUDA_VISIBLE_DEVICES; nullopt when it is not a plain index of a GPU hwloc sees (a UUID).
+struct VisibleGpus {
+  int count = 0;                         // GPUs the process sees
+  std::vector<std::optional<int>> phys;  // per visible index: the topology's GPU
+};
+
+VisibleGpus visible_gpus(const Topology& topo, const std::optional<std::string>& cvd) {
+  VisibleGpus v;
+  const int g = static_cast<int>(topo.gpus.size());
+  if (!cvd) {
+    v.count = g;
+    for (int i = 0; i < g; ++i)
+      v.phys.emplace_back(i);
+    return v;
+  }
+  std::stringstream in(*cvd);
+  for (std::string item; std::getline(in, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    if (item.empty()) continue;
+    int idx = -1;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), idx);
+    if (ec == std::errc() && end == item.data() + item.size() && idx < 0) break;  // CUDA stops
+    if (ec == std::errc() && end == item.data() + item.size() && idx < g)
+      v.phys.emplace_back(idx);
+    else
+      v.phys.emplace_back(std::nullopt);
+  }
+  v.count = static_cast<int>(v.phys.size());
+  return v;
+}
+
+std::vector<int> threads_of(const NumaNode& node, std::size_t first, std::size_t n) {
+  std::vector<int> out;
+  for (std::size_t c = first; c < first + n && c < node.cores.size(); ++c)
+    out.insert(out.end(), node.cores[c].begin(), node.cores[c].end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> all_threads(const NumaNode& node) {
+  return threads_of(node, 0, node.cores.size());
+}
+
+// The NIC nearest `gpu`; ties go to the NIC fewer processes use so far, then to the first name.
+std::string nic_near_gpu(const Topology& topo, const PciDevice& gpu, std::vector<int>& load) {
+  int best = -1;
+  for (std::size_t i = 0; i < topo.nics.size(); ++i) {
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const auto& b = topo.nics[static_cast<std::size_t>(best)];
+    const int ni = nearness(gpu, topo.nics[i]), nb = nearness(gpu, b);
+    if (ni > nb || (ni == nb && load[i] < load[static_cast<std::size_t>(best)]))
+      best = static_cast<int>(i);
+  }
+  if (best < 0) return "";
+  ++load[static_cast<std::size_t>(best)];
+  return topo.nics[static_cast<std::size_t>(best)].name;
+}
+
+std::string nic_on_numa(const Topology& topo, int numa, std::vector<int>& load) {
+  int best = -1;
+  for (std::size_t i = 0; i < topo.nics.size(); ++i) {
+    if (topo.nics[i].numa != numa) continue;
+    if (best < 0 || load[i] < load[static_cast<std::size_t>(best)]) best = static_cast<int>(i);
+  }
+  if (best < 0) return "";
+  ++load[static_cast<std::size_t>(best)];
+  return topo.nics[static_cast<std::size_t>(best)].name;
+}
+
+}  // namespace
+
+std::optional<Bind> parse_bind(std::string_view text) {
+  if (text == "auto") return Bind::kAuto;
+  if (text == "none") return Bind::kNone;
+  if (text == "numa") return Bind::kNuma;
+  if (text == "core") return Bind::kCore;
+  return std::nullopt;
+}
+
+std::string to_string(Bind b) {
+  switch (b) {
+    case Bind::kAuto:
+      return "auto";
+    case Bind::kNone:
+      return "none";
+    case Bind::kNuma:
+      return "numa";
+    default:
+      return "core";
+  }
+}
+
+Plan place(const Topology& topo, const Request& req) {
+  Plan plan;
+  plan.bind = req.bind;
+  if (plan.bind == Bind::kAuto)
+    plan.bind = topo.cores() >= req.workers + req.servers ? Bind::kCore : Bind::kNuma;
+  if (topo.numa.empty()) plan.bind = Bind::kNone;
+  const std::size_t nodes = topo.numa.size();
+  const VisibleGpus vis = visible_gpus(topo, req.cuda_visible_devices);
+
+  // NUMA node (index into topo.numa) and GPU of each worker.
+  std::vector<Place> workers(static_cast<std::size_t>(req.workers));
+  std::vector<std::size_t> worker_node(workers.size(), 0);
+  std::vector<int> per_node(nodes, 0);
+  for (std::size_t r = 0; r < workers.size(); ++r) {
+    Place& w = workers[r];
+    w.role = "worker";
+    w.rank = static_cast<int>(r);
+    std::optional<int> phys;
+    if (vis.count > 0) {
+      w.gpu = static_cast<int>(r) % vis.count;
+      phys = vis.phys[static_cast<std::size_t>(*w.gpu)];
+      if (phys) w.gpu_name = topo.gpus[static_cast<std::size_t>(*phys)].name;
+    }
+    std::size_t node = nodes ? r % nodes : 0;
+    if (phys) {
+      const int numa = topo.gpus[static_cast<std::size_t>(*phys)].numa;
+      for (std::size_t k = 0; k < nodes; ++k)
+        if (topo.numa[k].os_index == numa) node = k;
+    }
+    worker_node[r] = node;
+    if (nodes) ++per_node[node];
+  }
+  // Servers: each on the node with the fewest processes so far (the first such).
+  std::vector<Place> servers(static_cast<std::size_t>(req.servers));
+  std::vector<std::size_t> server_node(servers.size(), 0);
+  std::vector<int> servers_on(nodes, 0);
+  for (std::size_t s = 0; s < servers.size(); ++s) {
+    servers[s].role = "server";
+    servers[s].rank = static_cast<int>(s);
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < nodes; ++k)
+      if (per_node[k] + servers_on[k] < per_node[best] + servers_on[best]) best = k;
+    server_node[s] = best;
+    if (nodes) ++servers_on[best];
+  }
+
+  // Cores: on each node, workers take blocks from the start and servers from the end; a node
+  // with fewer cores than processes gives each of them all of its cores.
+  std::vector<std::size_t> next_worker_core(nodes, 0), servers_done(nodes, 0);
+  for (std::size_t k = 0; k < nodes && plan.bind != Bind::kNone; ++k) {
+    const NumaNode& node = topo.numa[k];
+    const std::size_t procs = static_cast<std::size_t>(per_node[k] + servers_on[k]);
+    const bool own_cores = plan.bind == Bind::kCore && node.cores.size() >= procs && procs > 0;
+    const std::size_t per = own_cores ? node.cores.size() / procs : 0;
+    std::size_t extra = own_cores ? node.cores.size() % procs : 0;
+    std::size_t next = 0;
+    for (std::size_t r = 0; r < workers.size(); ++r) {
+      if (worker_node[r] != k) continue;
+      workers[r].numa = node.os_index;
+      if (!own_cores) {
+        workers[r].cpus = all_threads(node);
+        continue;
+      }
+      const std::size_t n = per + (extra > 0 ? 1 : 0);
+      if (extra > 0) --extra;
+      workers[r].cpus = threads_of(node, next, n);
+      next += n;
+    }
+    std::size_t end = node.cores.size();
+    for (std::size_t s = 0; s < servers.size(); ++s) {
+      if (server_node[s] != k) continue;
+      servers[s].numa = node.os_index;
+      if (!own_cores) {
+        servers[s].cpus = all_threads(node);
+        continue;
+      }
+      end -= per;
+      servers[s].cpus = threads_of(node, end, per);
+    }
+  }
+
+  // NICs: a worker's nearest its GPU, else one on its node; a server's on its node.
+  std::vector<int> load(topo.nics.size(), 0);
+  for (std::size_t r = 0; r < workers.size(); ++r) {
+    const auto phys =
+        workers[r].gpu ? vis.phys[static_cast<std::size_t>(*workers[r].gpu)] : std::nullopt;
+    if (phys)
+      workers[r].nic = nic_near_gpu(topo, topo.gpus[static_cast<std::size_t>(*phys)], load);
+    else if (nodes)
+      workers[r].nic = nic_on_numa(topo, topo.numa[worker_node[r]].os_index, load);
+  }
+  for (std::size_t s = 0; s < servers.size(); ++s)
+    if (nodes) servers[s].nic = nic_on_numa(topo, topo.numa[server_node[s]].os_index, load);
+
+  plan.places = std::move(servers);
+  plan.places.insert(plan.places.end(), workers.begin(), workers.end());
+  return plan;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::vector<int> c = cpus;
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  std::string out;
+  for (std::size_t i = 0; i < c.size();) {
+    std::size_t j = i;
+    while (j + 1 < c.size() && c[j + 1] == c[j] + 1)
+      ++j;
+    out += (out.empty() ? "" : ",") +
+           (j == i ? std::to_string(c[i]) : fmt::format("{}-{}", c[i], c[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string format_plan(const std::string& host, const Plan& plan) {
+  std::string out = fmt::format("placement (bind {}):\n", to_string(plan.bind));
+  out += fmt::format("  {:<12} {:<7} {:>4}  {:<16} {:<5} {:<12} {}\n", "host", "role", "rank",
+                     "cores", "NUMA", "GPU", "NIC");
+  for (const auto& p : plan.places) {
+    const std::string gpu =
+        p.gpu ? fmt::format("cuda:{}", *p.gpu) + (p.gpu_name.empty() ? "" : "=" + p.gpu_name) : "-";
+    out += fmt::format("  {:<12} {:<7} {:>4}  {:<16} {:<5} {:<12} {}\n", host, p.role, p.rank,
+                       p.cpus.empty() ? "-" : cpu_list(p.cpus),
+                       p.numa < 0 ? "-" : std::to_string(p.numa), gpu, p.nic.empty() ? "-" : p.nic);
+  }
+  return out;
+}
+
+std::vector<std::string> gpu_nic_affinity(const Topology& topo) {
+  std::vector<std::string> out;
+  for (const auto& g : topo.gpus) {
+    std::vector<int> load(topo.nics.size(), 0);
+    const std::string nic = nic_near_gpu(topo, g, load);
+    if (nic.empty()) {
+      out.push_back(fmt::format("{} (NUMA {}): no RDMA NIC", g.name, g.numa));
+      continue;
+    }
+    const auto& n = *std::find_if(topo.nics.begin(), topo.nics.end(),
+                                  [&](const PciDevice& d) { return d.name == nic; });
+    out.push_back(fmt::format("{} (NUMA {}) nearest {} (NUMA {}){}", g.name, g.numa, nic, n.numa,
+                              g.numa == n.numa ? "" : ": across NUMA nodes"));
+  }
+  return out;
+}
+
+}  // namespace psrt::placement
