@@ -1,12 +1,15 @@
 #include "runtime/launch/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +22,13 @@ struct ExecFailure {
   int step;
   int error;
 };
-enum SetupStep : int { kStepSetpgid = 1, kStepDup = 2, kStepExec = 3, kStepDeathSignal = 4 };
+enum SetupStep : int {
+  kStepSetpgid = 1,
+  kStepDup = 2,
+  kStepExec = 3,
+  kStepDeathSignal = 4,
+  kStepAffinity = 5
+};
 
 // Every descriptor the child receives must be >= 3, so that putting one on 0, 1 or 2 with dup2()
 // can never overwrite another that has not been moved yet (psrun may run with 0-2 closed).
@@ -79,7 +88,8 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int null_fd, int out_fd,
                              int err_fd, int error_pipe, const sigset_t& child_mask,
-                             std::span<const int> reset_to_default, pid_t launcher) {
+                             std::span<const int> reset_to_default, pid_t launcher,
+                             const cpu_set_t* cpus, std::size_t cpus_size) {
   // The child dies with psrun, even when psrun is SIGKILLed and cannot stop it. The signal
   // follows the thread that forked (the launcher's, which lives as long as the job). If psrun
   // died between fork and here, the child was already re-parented: no signal would come.
@@ -91,6 +101,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
     ::sigaction(sig, &dfl, nullptr);
   }
   if (::setpgid(0, 0) != 0) child_fail(error_pipe, kStepSetpgid);
+  if (cpus && ::sched_setaffinity(0, cpus_size, cpus) != 0) child_fail(error_pipe, kStepAffinity);
   if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out_fd, STDOUT_FILENO) < 0 ||
       ::dup2(err_fd, STDERR_FILENO) < 0) {
     child_fail(error_pipe, kStepDup);
@@ -127,6 +138,9 @@ std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::str
     case kStepDeathSignal:
       return "cannot start " + quoted(command) +
              ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
+    case kStepAffinity:
+      return "cannot start " + quoted(command) +
+             ": sched_setaffinity (psrun --bind): " + std::strerror(error);
     case kStepSetpgid:
       return "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);
     default:
@@ -150,6 +164,18 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   std::vector<std::string> env = build_environment(spec);
   const std::vector<char*> argv = c_strings(args);
   const std::vector<char*> envp = c_strings(env);
+  // The CPUs to bind to (spec.cpus), as sched_setaffinity takes them.
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* p) { CPU_FREE(p); });
+  std::size_t cpus_size = 0;
+  if (!spec.cpus.empty()) {
+    const int count = *std::max_element(spec.cpus.begin(), spec.cpus.end()) + 1;
+    cpus.reset(CPU_ALLOC(count));
+    if (!cpus) return system_error("CPU_ALLOC");
+    cpus_size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(cpus_size, cpus.get());
+    for (const int c : spec.cpus)
+      if (c >= 0) CPU_SET_S(static_cast<std::size_t>(c), cpus_size, cpus.get());
+  }
 
   UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_fd.valid() || !move_above_stdio(null_fd)) return system_error("open /dev/null");
@@ -173,7 +199,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   const pid_t pid = ::fork();
   if (pid == 0) {
     exec_child(argv.data(), envp.data(), null_fd.get(), out_write.get(), err_write.get(),
-               status_write.get(), child_mask, reset_to_default, launcher);
+               status_write.get(), child_mask, reset_to_default, launcher, cpus.get(), cpus_size);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);

@@ -22,8 +22,11 @@
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
+#include "runtime/placement/placement.h"
+#include "runtime/placement/topology.h"
 #include "runtime/preflight/preflight.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/bind.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
 #include "tools/psrun/role_from_env.h"
@@ -214,6 +217,11 @@ int preflight(const Args& a, const std::string& transport, const psrt::Interface
   o.host = ::gethostname(name, sizeof(name) - 1) == 0 ? name : "?";
   o.scheduler_address = where.address;
   o.scheduler_port = a.port;
+  try {
+    o.affinity = psrt::placement::gpu_nic_affinity(psrt::placement::read_topology());
+  } catch (const psrt::Error& e) {
+    o.affinity = {std::string("unknown: ") + e.what()};
+  }
   if (a.launcher != "local")
     std::cout << "preflight: checks this host only; run psrun --preflight on every host of the "
                  "job (srun, mpirun or ssh run it there)\n";
@@ -232,6 +240,7 @@ int run(const Args& a) {
   const InterfaceAddress where = scheduler_interface(
       interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
   if (a.preflight) return preflight(a, transport, where);
+  psrun::check_bind(a);
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
@@ -252,6 +261,7 @@ int run(const Args& a) {
 
   runtime::JobSpec job = build_job(
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
+  psrun::place_local_job(a, transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   // psrun stops the job (a process failed, a signal): every process hears why, unless the

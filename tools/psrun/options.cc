@@ -107,6 +107,12 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
         }
       })
       ->capture_default_str();
+  app.add_option("--bind", a.bind,
+                 "bind each process of a local job to cores on one NUMA node (hwloc): none | "
+                 "numa (every core of its node) | core (cores of its own); default PSRT_BIND, "
+                 "else core when the host has a core per process, else numa. Workers go near "
+                 "their GPU, servers to the other end; the table is printed at start")
+      ->check(CLI::IsMember({"none", "numa", "core"}));
   app.add_flag("--preflight", a.preflight,
                "check this host for the job the other flags describe (UCX and its transports, "
                "RDMA ports and their rate, locked-memory limit, CUDA devices, the scheduler's "

@@ -40,6 +40,7 @@ struct Args {
   tools::EngineFlags engine;  // --mpirun-args, --srun-args
   int server_threads = 1;
   std::string server_device = "cpu";
+  std::string bind;        // --bind none|numa|core (default PSRT_BIND, else auto)
   bool preflight = false;  // --preflight: check this host for the job and exit
   std::vector<std::string> command;
 };
