@@ -114,6 +114,25 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   child_fail(error_pipe, kStepExec);
 }
 
+// The CPUs a process is bound to (ProcessSpec::cpus), as sched_setaffinity takes them.
+struct CpuSet {
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set{nullptr, [](cpu_set_t* p) { CPU_FREE(p); }};
+  std::size_t size = 0;
+  // false when the set cannot be allocated; an empty `cpus` leaves it null (not bound).
+  bool assign(const std::vector<int>& cpus) {
+    if (cpus.empty()) return true;
+    const int count = *std::max_element(cpus.begin(), cpus.end()) + 1;
+    set.reset(CPU_ALLOC(count));
+    if (!set) return false;
+    size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(size, set.get());
+    for (const int c : cpus)
+      if (c >= 0) CPU_SET_S(static_cast<std::size_t>(c), size, set.get());
+    return true;
+  }
+  const cpu_set_t* get() const { return set.get(); }
+};
+
 std::string quoted(const std::string& s) {
   return "'" + s + "'";
 }
@@ -164,19 +183,8 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   std::vector<std::string> env = build_environment(spec);
   const std::vector<char*> argv = c_strings(args);
   const std::vector<char*> envp = c_strings(env);
-  // The CPUs to bind to (spec.cpus), as sched_setaffinity takes them.
-  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* p) { CPU_FREE(p); });
-  std::size_t cpus_size = 0;
-  if (!spec.cpus.empty()) {
-    const int count = *std::max_element(spec.cpus.begin(), spec.cpus.end()) + 1;
-    cpus.reset(CPU_ALLOC(count));
-    if (!cpus) return system_error("CPU_ALLOC");
-    cpus_size = CPU_ALLOC_SIZE(count);
-    CPU_ZERO_S(cpus_size, cpus.get());
-    for (const int c : spec.cpus)
-      if (c >= 0) CPU_SET_S(static_cast<std::size_t>(c), cpus_size, cpus.get());
-  }
-
+  CpuSet cpus;
+  if (!cpus.assign(spec.cpus)) return system_error("CPU_ALLOC");
   UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_fd.valid() || !move_above_stdio(null_fd)) return system_error("open /dev/null");
   UniqueFd in_read, in_write;
@@ -199,7 +207,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   const pid_t pid = ::fork();
   if (pid == 0) {
     exec_child(argv.data(), envp.data(), null_fd.get(), out_write.get(), err_write.get(),
-               status_write.get(), child_mask, reset_to_default, launcher, cpus.get(), cpus_size);
+               status_write.get(), child_mask, reset_to_default, launcher, cpus.get(), cpus.size);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);

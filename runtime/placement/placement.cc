@@ -82,6 +82,93 @@ std::string nic_on_numa(const Topology& topo, int numa, std::vector<int>& load) 
   return topo.nics[static_cast<std::size_t>(best)].name;
 }
 
+// A process while it is being placed: its place so far, its NUMA node (index into topo.numa)
+// and its GPU (index into topo.gpus) when known.
+struct Draft {
+  Place place;
+  std::size_t node = 0;
+  std::optional<int> phys;
+};
+
+// Workers in rank order: GPU by rank among the visible ones, NUMA node that GPU's (without a
+// GPU: round-robin).
+std::vector<Draft> workers_near_gpus(const Topology& topo, const Request& req) {
+  const VisibleGpus vis = visible_gpus(topo, req.cuda_visible_devices);
+  const std::size_t nodes = topo.numa.size();
+  std::vector<Draft> out(static_cast<std::size_t>(req.workers));
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    Draft& d = out[r];
+    d.place.role = "worker";
+    d.place.rank = static_cast<int>(r);
+    if (vis.count > 0) {
+      d.place.gpu = static_cast<int>(r) % vis.count;
+      d.phys = vis.phys[static_cast<std::size_t>(*d.place.gpu)];
+      if (d.phys) d.place.gpu_name = topo.gpus[static_cast<std::size_t>(*d.phys)].name;
+    }
+    d.node = nodes ? r % nodes : 0;
+    if (d.phys) {
+      const int numa = topo.gpus[static_cast<std::size_t>(*d.phys)].numa;
+      for (std::size_t k = 0; k < nodes; ++k)
+        if (topo.numa[k].os_index == numa) d.node = k;
+    }
+  }
+  return out;
+}
+
+// Servers, each on the node with the fewest processes so far (the first such).
+void add_servers(const Topology& topo, int servers, std::vector<Draft>& drafts) {
+  std::vector<int> on(topo.numa.size(), 0);
+  for (const auto& d : drafts)
+    if (!on.empty()) ++on[d.node];
+  for (int s = 0; s < servers; ++s) {
+    Draft d;
+    d.place.role = "server";
+    d.place.rank = s;
+    for (std::size_t k = 1; k < on.size(); ++k)
+      if (on[k] < on[d.node]) d.node = k;
+    if (!on.empty()) ++on[d.node];
+    drafts.push_back(std::move(d));
+  }
+}
+
+// The cores of node `k` for its processes: workers take blocks from the first core up and
+// servers from the last down; with kNuma, or fewer cores than processes, each gets them all.
+void bind_node(const NumaNode& node, std::size_t k, Bind bind, std::vector<Draft>& drafts) {
+  std::size_t procs = 0;
+  for (const auto& d : drafts)
+    procs += d.node == k;
+  const bool own_cores = bind == Bind::kCore && procs > 0 && node.cores.size() >= procs;
+  const std::size_t per = own_cores ? node.cores.size() / procs : 0;
+  std::size_t extra = own_cores ? node.cores.size() % procs : 0;
+  std::size_t first = 0, end = node.cores.size();
+  for (auto& d : drafts) {
+    if (d.node != k) continue;
+    d.place.numa = node.os_index;
+    if (!own_cores) {
+      d.place.cpus = all_threads(node);
+    } else if (d.place.role == "worker") {
+      const std::size_t n = per + (extra > 0 ? 1 : 0);
+      if (extra > 0) --extra;
+      d.place.cpus = threads_of(node, first, n);
+      first += n;
+    } else {
+      end -= per;
+      d.place.cpus = threads_of(node, end, per);
+    }
+  }
+}
+
+// A worker's NIC is the one nearest its GPU, else one on its node; a server's one on its node.
+void choose_nics(const Topology& topo, std::vector<Draft>& drafts) {
+  std::vector<int> load(topo.nics.size(), 0);
+  for (auto& d : drafts) {
+    if (d.phys)
+      d.place.nic = nic_near_gpu(topo, topo.gpus[static_cast<std::size_t>(*d.phys)], load);
+    else if (!topo.numa.empty())
+      d.place.nic = nic_on_numa(topo, topo.numa[d.node].os_index, load);
+  }
+}
+
 }  // namespace
 
 std::optional<Bind> parse_bind(std::string_view text) {
@@ -111,96 +198,17 @@ Plan place(const Topology& topo, const Request& req) {
   if (plan.bind == Bind::kAuto)
     plan.bind = topo.cores() >= req.workers + req.servers ? Bind::kCore : Bind::kNuma;
   if (topo.numa.empty()) plan.bind = Bind::kNone;
-  const std::size_t nodes = topo.numa.size();
-  const VisibleGpus vis = visible_gpus(topo, req.cuda_visible_devices);
-
-  // NUMA node (index into topo.numa) and GPU of each worker.
-  std::vector<Place> workers(static_cast<std::size_t>(req.workers));
-  std::vector<std::size_t> worker_node(workers.size(), 0);
-  std::vector<int> per_node(nodes, 0);
-  for (std::size_t r = 0; r < workers.size(); ++r) {
-    Place& w = workers[r];
-    w.role = "worker";
-    w.rank = static_cast<int>(r);
-    std::optional<int> phys;
-    if (vis.count > 0) {
-      w.gpu = static_cast<int>(r) % vis.count;
-      phys = vis.phys[static_cast<std::size_t>(*w.gpu)];
-      if (phys) w.gpu_name = topo.gpus[static_cast<std::size_t>(*phys)].name;
-    }
-    std::size_t node = nodes ? r % nodes : 0;
-    if (phys) {
-      const int numa = topo.gpus[static_cast<std::size_t>(*phys)].numa;
-      for (std::size_t k = 0; k < nodes; ++k)
-        if (topo.numa[k].os_index == numa) node = k;
-    }
-    worker_node[r] = node;
-    if (nodes) ++per_node[node];
-  }
-  // Servers: each on the node with the fewest processes so far (the first such).
-  std::vector<Place> servers(static_cast<std::size_t>(req.servers));
-  std::vector<std::size_t> server_node(servers.size(), 0);
-  std::vector<int> servers_on(nodes, 0);
-  for (std::size_t s = 0; s < servers.size(); ++s) {
-    servers[s].role = "server";
-    servers[s].rank = static_cast<int>(s);
-    std::size_t best = 0;
-    for (std::size_t k = 1; k < nodes; ++k)
-      if (per_node[k] + servers_on[k] < per_node[best] + servers_on[best]) best = k;
-    server_node[s] = best;
-    if (nodes) ++servers_on[best];
-  }
-
-  // Cores: on each node, workers take blocks from the start and servers from the end; a node
-  // with fewer cores than processes gives each of them all of its cores.
-  std::vector<std::size_t> next_worker_core(nodes, 0), servers_done(nodes, 0);
-  for (std::size_t k = 0; k < nodes && plan.bind != Bind::kNone; ++k) {
-    const NumaNode& node = topo.numa[k];
-    const std::size_t procs = static_cast<std::size_t>(per_node[k] + servers_on[k]);
-    const bool own_cores = plan.bind == Bind::kCore && node.cores.size() >= procs && procs > 0;
-    const std::size_t per = own_cores ? node.cores.size() / procs : 0;
-    std::size_t extra = own_cores ? node.cores.size() % procs : 0;
-    std::size_t next = 0;
-    for (std::size_t r = 0; r < workers.size(); ++r) {
-      if (worker_node[r] != k) continue;
-      workers[r].numa = node.os_index;
-      if (!own_cores) {
-        workers[r].cpus = all_threads(node);
-        continue;
-      }
-      const std::size_t n = per + (extra > 0 ? 1 : 0);
-      if (extra > 0) --extra;
-      workers[r].cpus = threads_of(node, next, n);
-      next += n;
-    }
-    std::size_t end = node.cores.size();
-    for (std::size_t s = 0; s < servers.size(); ++s) {
-      if (server_node[s] != k) continue;
-      servers[s].numa = node.os_index;
-      if (!own_cores) {
-        servers[s].cpus = all_threads(node);
-        continue;
-      }
-      end -= per;
-      servers[s].cpus = threads_of(node, end, per);
-    }
-  }
-
-  // NICs: a worker's nearest its GPU, else one on its node; a server's on its node.
-  std::vector<int> load(topo.nics.size(), 0);
-  for (std::size_t r = 0; r < workers.size(); ++r) {
-    const auto phys =
-        workers[r].gpu ? vis.phys[static_cast<std::size_t>(*workers[r].gpu)] : std::nullopt;
-    if (phys)
-      workers[r].nic = nic_near_gpu(topo, topo.gpus[static_cast<std::size_t>(*phys)], load);
-    else if (nodes)
-      workers[r].nic = nic_on_numa(topo, topo.numa[worker_node[r]].os_index, load);
-  }
-  for (std::size_t s = 0; s < servers.size(); ++s)
-    if (nodes) servers[s].nic = nic_on_numa(topo, topo.numa[server_node[s]].os_index, load);
-
-  plan.places = std::move(servers);
-  plan.places.insert(plan.places.end(), workers.begin(), workers.end());
+  std::vector<Draft> drafts = workers_near_gpus(topo, req);
+  add_servers(topo, req.servers, drafts);
+  if (plan.bind != Bind::kNone)
+    for (std::size_t k = 0; k < topo.numa.size(); ++k)
+      bind_node(topo.numa[k], k, plan.bind, drafts);
+  choose_nics(topo, drafts);
+  // Servers first, then workers, each in rank order.
+  std::stable_partition(drafts.begin(), drafts.end(),
+                        [](const Draft& d) { return d.place.role == "server"; });
+  for (auto& d : drafts)
+    plan.places.push_back(std::move(d.place));
   return plan;
 }
 
