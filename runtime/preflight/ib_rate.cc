@@ -27,9 +27,8 @@ std::optional<double> ib_lane_gbps(int speed_code) {
       return 2.5;
     case 2:
       return 5.0;
-    case 4:
-      return 10.0;
-    case 8:
+    case 4:  // QDR
+    case 8:  // FDR10
       return 10.0;
     case 16:
       return 14.0;

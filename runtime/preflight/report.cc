@@ -45,7 +45,7 @@ const char* level_name(Level l) {
 
 std::string format_bytes(std::uint64_t bytes) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
+  auto v = static_cast<double>(bytes);
   int u = 0;
   while (v >= 1024 && u < 4) {
     v /= 1024;
