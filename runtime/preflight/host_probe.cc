@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/interfaces.h"
@@ -89,6 +90,40 @@ std::string tcp_reach(const std::string& host, int port, std::chrono::millisecon
   }
   ::freeaddrinfo(res);
   return why.empty() ? why : fmt::format("connect {}: {}", where, why);
+}
+
+Listener::Listener(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(address.c_str(), service.c_str(), &hints, &res); rc != 0) {
+    error_ = fmt::format("resolve {}: {}", address, ::gai_strerror(rc));
+    return;
+  }
+  fd_ = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  const int one = 1;
+  if (fd_ < 0 || ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      ::bind(fd_, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd_, 64) != 0) {
+    error_ = fmt::format("cannot listen there: {}", std::strerror(errno));
+  } else {
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    char text[NI_MAXSERV] = {};
+    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, nullptr, 0, text, sizeof(text),
+                      NI_NUMERICSERV) == 0)
+      port_ = std::atoi(text);
+    else
+      error_ = "cannot read the bound port";
+  }
+  ::freeaddrinfo(res);
+}
+
+Listener::~Listener() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace psrt::preflight

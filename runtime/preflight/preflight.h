@@ -15,6 +15,9 @@ struct PreflightOptions {
   // and connects to it, which checks that the port is free and reachable. Empty: not checked.
   std::string scheduler_address;
   int scheduler_port = 0;
+  // Only connect to scheduler_address:scheduler_port (psrun listens there: a host of an ssh job
+  // checking that it reaches psrun's scheduler port).
+  bool reach_only = false;
   std::vector<std::string> affinity;  // GPU-NIC lines for the table (placement's)
 };
 

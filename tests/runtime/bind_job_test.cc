@@ -93,9 +93,3 @@ TEST(Bind, BadModesAndOtherLaunchersFail) {
 
 }  // namespace
 }  // namespace psrt::test
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new psrt::test::RemoveScratch);
-  return RUN_ALL_TESTS();
-}

@@ -83,9 +83,3 @@ TEST(Preflight, CudaServerDeviceWithoutGpuFails) {
 
 }  // namespace
 }  // namespace psrt::test
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new psrt::test::RemoveScratch);
-  return RUN_ALL_TESTS();
-}

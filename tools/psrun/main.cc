@@ -22,13 +22,11 @@
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
-#include "runtime/placement/placement.h"
-#include "runtime/placement/topology.h"
-#include "runtime/preflight/preflight.h"
 #include "runtime/server_process.h"
 #include "tools/psrun/bind.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
+#include "tools/psrun/preflight_hosts.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
@@ -205,29 +203,6 @@ std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
   return psrt::runtime::make_launch_backend(a.launcher);
 }
 
-// psrun --preflight: this host checked for the job the flags describe.
-int preflight(const Args& a, const std::string& transport, const psrt::InterfaceAddress& where) {
-  psrt::preflight::Requirements job;
-  job.transport = transport;
-  if (const char* tls = std::getenv("UCX_TLS")) job.ucx_tls = tls;
-  const auto device = psrt::device::parse_device(a.server_device);
-  if (device.is_cuda()) job.cuda_device = device.index;
-  psrt::preflight::PreflightOptions o;
-  char name[256] = {};
-  o.host = ::gethostname(name, sizeof(name) - 1) == 0 ? name : "?";
-  o.scheduler_address = where.address;
-  o.scheduler_port = a.port;
-  try {
-    o.affinity = psrt::placement::gpu_nic_affinity(psrt::placement::read_topology());
-  } catch (const psrt::Error& e) {
-    o.affinity = {std::string("unknown: ") + e.what()};
-  }
-  if (a.launcher != "local")
-    std::cout << "preflight: checks this host only; run psrun --preflight on every host of the "
-                 "job (srun, mpirun or ssh run it there)\n";
-  return psrt::preflight::run_preflight(job, o, std::cout);
-}
-
 int run(const Args& a) {
   using namespace psrt;
   ps::parse_mode(a.mode);  // validates
@@ -239,7 +214,9 @@ int run(const Args& a) {
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
   const InterfaceAddress where = scheduler_interface(
       interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
-  if (a.preflight) return preflight(a, transport, where);
+  if (a.preflight)
+    return psrun::run_preflight(a, transport, where, placement,
+                                placement ? ssh_options(a) : runtime::SshOptions{}, self_exe());
   psrun::check_bind(a);
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)

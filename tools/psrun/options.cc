@@ -53,6 +53,8 @@ void add_host_options(CLI::App& app, Args& a) {
                "check this host for the job the other flags describe (UCX and its transports, "
                "RDMA ports and their rate, locked-memory limit, CUDA devices, the scheduler's "
                "port), print one table and exit 1 naming what would fail; runs no job");
+  app.add_option("--preflight-host", a.preflight_host)->group("");  // internal (ssh preflight)
+  app.add_option("--preflight-reach", a.preflight_reach)->group("");
 }
 
 }  // namespace
