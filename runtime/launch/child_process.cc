@@ -139,7 +139,8 @@ std::string quoted(const std::string& s) {
 
 // Waits for the child's exec: the status pipe closes (exec succeeded) or brings the failed
 // step. On a failure, reaps the child and returns the message naming the step and the cause.
-std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::string& command) {
+std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::string& command,
+                                        const std::vector<int>& cpus) {
   ExecFailure failure{};
   ssize_t n;
   do {
@@ -157,9 +158,15 @@ std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::str
     case kStepDeathSignal:
       return "cannot start " + quoted(command) +
              ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
-    case kStepAffinity:
-      return "cannot start " + quoted(command) +
-             ": sched_setaffinity (psrun --bind): " + std::strerror(error);
+    case kStepAffinity: {
+      std::string list;
+      for (const int c : cpus)
+        list += (list.empty() ? "" : ",") + std::to_string(c);
+      return "cannot start " + quoted(command) + ": binding it to CPUs " + list +
+             " failed: sched_setaffinity: " + std::strerror(error) +
+             " (CPUs this host lacks or psrun may not use; psrun --bind none leaves processes "
+             "unbound)";
+    }
     case kStepSetpgid:
       return "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);
     default:
@@ -222,7 +229,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   out_write.reset();
   err_write.reset();
   status_write.reset();
-  if (auto error = exec_failure(status_read.get(), pid, command)) {
+  if (auto error = exec_failure(status_read.get(), pid, command, spec.cpus)) {
     outcome.error = std::move(*error);
     return outcome;
   }

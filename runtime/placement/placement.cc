@@ -6,6 +6,8 @@
 #include <charconv>
 #include <sstream>
 
+#include "runtime/preflight/verdict.h"
+
 namespace psrt::placement {
 namespace {
 
@@ -210,6 +212,18 @@ Plan place(const Topology& topo, const Request& req) {
   for (auto& d : drafts)
     plan.places.push_back(std::move(d.place));
   return plan;
+}
+
+std::vector<std::pair<std::string, std::string>> process_env(
+    const Place& place, std::string_view transport, const std::optional<std::string>& ucx_tls,
+    bool user_net_devices) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (place.gpu) env.emplace_back("PSRT_GPU", std::to_string(*place.gpu));
+  const bool rdma_tls = !ucx_tls || ucx_tls->empty() || ucx_tls->front() == '^' ||
+                        preflight::tls_needs_rdma(*ucx_tls);
+  if (transport == "ucx" && !user_net_devices && rdma_tls && !place.nic.empty())
+    env.emplace_back("UCX_NET_DEVICES", place.nic + ":1");
+  return env;
 }
 
 std::string cpu_list(const std::vector<int>& cpus) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/placement/topology.h"
@@ -48,6 +49,14 @@ struct Plan {
 };
 
 Plan place(const Topology& topo, const Request& request);
+
+// The variables psrun sets for a placed process: PSRT_GPU for a worker with a GPU, and for an ucx
+// job UCX_NET_DEVICES=<its NIC>:1 unless the user set UCX_NET_DEVICES (`user_net_devices`) or
+// UCX_TLS names only transports that do not use an RDMA NIC (tcp, sm, ...: a NIC there would
+// leave them no device).
+std::vector<std::pair<std::string, std::string>> process_env(
+    const Place& place, std::string_view transport, const std::optional<std::string>& ucx_tls,
+    bool user_net_devices);
 
 // "0-3,16-19".
 std::string cpu_list(const std::vector<int>& cpus);

@@ -76,6 +76,51 @@ TEST(Bind, EnvChoosesNuma) {
       << r.out;
 }
 
+// psrun planning with the synthetic 2-socket, 8-GPU, 4-NIC node (HWLOC_XMLFILE) instead of this
+// machine's topology.
+const std::string kSyntheticNode = "HWLOC_XMLFILE=" PSRT_TOPOLOGY_DIR "/two_socket_8gpu_4nic.xml";
+
+TEST(Bind, EachWorkerGetsItsGpuFromTheTopology) {
+  const psrt::test::Run r =
+      run_psrun_bounded(kSyntheticNode, "--transport tcp -n 3 -s 1 --bind none",
+                        "sh -c 'echo \"gpu=${PSRT_GPU-unset} nic=${UCX_NET_DEVICES-unset}\"'", 60s);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("placement (bind none):\n"
+                    "  host         role    rank  cores            NUMA  GPU          NIC\n"),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count(" server     0  -                -     -            mlx5_2\n"), 1) << r.out;
+  EXPECT_EQ(r.count(" worker     0  -                -     cuda:0=cuda0 mlx5_1\n"), 1) << r.out;
+  EXPECT_EQ(r.count(" worker     2  -                -     cuda:2=cuda2 mlx5_0\n"), 1) << r.out;
+  // A tcp job: PSRT_GPU per worker, no UCX_NET_DEVICES.
+  for (int w = 0; w < 3; ++w)
+    EXPECT_EQ(
+        r.count("[worker " + std::to_string(w) + "] gpu=" + std::to_string(w) + " nic=unset\n"), 1)
+        << r.out;
+  // CUDA_VISIBLE_DEVICES renumbers: the worker's cuda:0 is the node's cuda5.
+  const psrt::test::Run v = run_psrun_bounded(kSyntheticNode + " CUDA_VISIBLE_DEVICES=5",
+                                              "--transport tcp -n 1 -s 1 --bind none",
+                                              "sh -c 'echo \"gpu=$PSRT_GPU\"'", 60s);
+  ASSERT_EQ(v.rc, 0) << v.out;
+  EXPECT_EQ(v.count(" worker     0  -                -     cuda:0=cuda5 mlx5_2\n"), 1) << v.out;
+  EXPECT_EQ(v.count("[worker 0] gpu=0\n"), 1) << v.out;
+}
+
+TEST(Bind, CpusThisHostLacksFailNamingThem) {
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (CPU_ISSET(31, &mine)) GTEST_SKIP() << "this host has the synthetic node's CPUs";
+  const psrt::test::Run r =
+      run_psrun_bounded(kSyntheticNode, "--transport tcp -n 2 -s 1 --bind core", "true", 60s);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("psrun: server 0: cannot start '" PSRUN_PATH "': binding it to CPUs "
+                    "8,9,10,11,12,13,14,15,24,25,26,27,28,29,30,31 failed: sched_setaffinity: "
+                    "Invalid argument (CPUs this host lacks or psrun may not use; psrun --bind "
+                    "none leaves processes unbound)\n"),
+            1)
+      << r.out;
+}
+
 TEST(Bind, BadModesAndOtherLaunchersFail) {
   psrt::test::Run r = run_psrun_bounded("PSRT_BIND=socket", "--transport tcp", "true", 30s);
   EXPECT_EQ(r.rc, 1) << r.out;

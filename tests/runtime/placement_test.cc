@@ -139,6 +139,26 @@ TEST(Placement, TableAndAffinity) {
   EXPECT_EQ(lines[7], "cuda7 (NUMA 1) nearest mlx5_3 (NUMA 1)");
 }
 
+TEST(Placement, ProcessEnv) {
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  const Plan plan = place(node(), {3, 1, Bind::kCore, std::nullopt});
+  const Place& server = plan.places[0];
+  const Place& worker2 = plan.places[3];
+  EXPECT_EQ(process_env(worker2, "ucx", std::nullopt, false),
+            (Env{{"PSRT_GPU", "2"}, {"UCX_NET_DEVICES", "mlx5_0:1"}}));
+  EXPECT_EQ(process_env(server, "ucx", std::nullopt, false),  // on socket 1, away from them
+            (Env{{"UCX_NET_DEVICES", "mlx5_2:1"}}));
+  EXPECT_EQ(process_env(worker2, "ucx", "rc,sm", false),
+            (Env{{"PSRT_GPU", "2"}, {"UCX_NET_DEVICES", "mlx5_0:1"}}));
+  EXPECT_EQ(process_env(worker2, "ucx", "^ud", false),
+            (Env{{"PSRT_GPU", "2"}, {"UCX_NET_DEVICES", "mlx5_0:1"}}));
+  // The user's UCX_NET_DEVICES stays; tcp-only UCX_TLS and the tcp transport get no NIC.
+  EXPECT_EQ(process_env(worker2, "ucx", std::nullopt, true), (Env{{"PSRT_GPU", "2"}}));
+  EXPECT_EQ(process_env(worker2, "ucx", "tcp,sm", false), (Env{{"PSRT_GPU", "2"}}));
+  EXPECT_EQ(process_env(worker2, "tcp", std::nullopt, false), (Env{{"PSRT_GPU", "2"}}));
+  EXPECT_EQ(process_env(server, "tcp", std::nullopt, false), Env{});
+}
+
 TEST(Placement, ParseBindAndCpuList) {
   EXPECT_EQ(parse_bind("none"), Bind::kNone);
   EXPECT_EQ(parse_bind("numa"), Bind::kNuma);

@@ -58,15 +58,16 @@ void place_local_job(const Args& a, const std::string& transport, runtime::JobSp
   std::string table = placement::format_plan(host_name(), plan);
   table.pop_back();  // the log adds the line end
   PSRT_LOG_INFO("{}", table);
-  const bool set_nic = transport == "ucx" && !std::getenv("UCX_NET_DEVICES");
+  std::optional<std::string> tls;
+  if (const char* t = std::getenv("UCX_TLS")) tls = t;
+  const bool user_nic = std::getenv("UCX_NET_DEVICES") != nullptr;
   for (const auto& p : plan.places) {
-    const bool server = p.role == "server";
-    auto& specs = server ? job.services : job.workers;
+    auto& specs = p.role == "server" ? job.services : job.workers;
     if (static_cast<std::size_t>(p.rank) >= specs.size()) continue;
     runtime::ProcessSpec& spec = specs[static_cast<std::size_t>(p.rank)];
     spec.cpus = p.cpus;
-    if (p.gpu) spec.env.emplace_back("PSRT_GPU", std::to_string(*p.gpu));
-    if (set_nic && !p.nic.empty()) spec.env.emplace_back("UCX_NET_DEVICES", p.nic + ":1");
+    for (auto& kv : placement::process_env(p, transport, tls, user_nic))
+      spec.env.push_back(std::move(kv));
   }
 }
 
