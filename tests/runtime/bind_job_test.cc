@@ -127,8 +127,8 @@ TEST(Bind, BadModesAndOtherLaunchersFail) {
   EXPECT_EQ(r.count("psrun: PSRT_BIND=socket: use none, numa or core\n"), 1) << r.out;
   r = run_psrun_bounded("", "--transport tcp --bind core --launcher mpi", "true", 30s);
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_EQ(r.count("psrun: --bind places the processes of a local job (--launcher local); with "
-                    "--launcher mpi the engine binds them"),
+  EXPECT_EQ(r.count("psrun: --bind places the processes psrun starts (--launcher local or ssh); "
+                    "with --launcher mpi the engine binds them"),
             1)
       << r.out;
   r = run_psrun_bounded("", "--transport tcp --bind socket", "true", 30s);

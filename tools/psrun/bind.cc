@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "base/log.h"
 #include "psrt/error.h"
 #include "runtime/env_contract.h"
+#include "runtime/placement/env_place.h"
 #include "runtime/placement/placement.h"
 #include "runtime/placement/topology.h"
 
@@ -31,15 +33,45 @@ void check_bind(const Args& a) {
   if (!text.empty() && !placement::parse_bind(text))
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("PSRT_BIND={}: use none, numa or core", text));
-  if (a.launcher != "local" && !a.bind.empty())
+  if ((a.launcher == "mpi" || a.launcher == "slurm") && !a.bind.empty())
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("--bind places the processes of a local job (--launcher local); with "
-                            "--launcher {} the engine binds them (mpirun --bind-to, srun "
+                fmt::format("--bind places the processes psrun starts (--launcher local or ssh); "
+                            "with --launcher {} the engine binds them (mpirun --bind-to, srun "
                             "--cpu-bind), or leave --bind out",
                             a.launcher));
 }
 
-void place_local_job(const Args& a, const std::string& transport, runtime::JobSpec& job) {
+namespace {
+
+// An ssh job: every process gets PSRT_PLACE (its role, index on its host, the job's workers and
+// servers there); the remote side plans with that host's topology and binds it.
+void place_ssh_job(const Args& a, runtime::JobSpec& job) {
+  std::map<std::string, std::pair<int, int>> on_host;  // host -> (workers, servers)
+  for (const auto& p : job.workers)
+    ++on_host[p.host].first;
+  for (const auto& p : job.services)
+    ++on_host[p.host].second;
+  std::map<std::string, std::pair<int, int>> seen;
+  for (auto* list : {&job.services, &job.workers}) {
+    const bool servers = list == &job.services;
+    for (auto& p : *list) {
+      auto& [w, s] = seen[p.host];
+      const auto [workers, nservers] = on_host[p.host];
+      p.env.emplace_back("PSRT_PLACE",
+                         placement::place_spec(servers ? "server" : "worker", servers ? s++ : w++,
+                                               workers, nservers));
+      if (!a.bind.empty()) p.env.emplace_back("PSRT_BIND", a.bind);
+    }
+  }
+}
+
+}  // namespace
+
+void place_job(const Args& a, const std::string& transport, runtime::JobSpec& job) {
+  if (a.launcher == "ssh") {
+    place_ssh_job(a, job);
+    return;
+  }
   if (a.launcher != "local") return;
   const std::string text = bind_text(a);
   placement::Request req;

@@ -238,7 +238,7 @@ int run(const Args& a) {
 
   runtime::JobSpec job = build_job(
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
-  psrun::place_local_job(a, transport, job);
+  psrun::place_job(a, transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   // psrun stops the job (a process failed, a signal): every process hears why, unless the
