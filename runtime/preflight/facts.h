@@ -68,6 +68,7 @@ struct Requirements {
   std::string transport;           // "tcp" | "ucx"
   std::string ucx_tls;             // UCX_TLS of the job, "" = unset
   std::optional<int> cuda_device;  // a CUDA device the job computes on (--server-device cuda:N)
+  std::string ucx_net_devices;     // UCX_NET_DEVICES of the job, "" = unset
 };
 
 }  // namespace psrt::preflight

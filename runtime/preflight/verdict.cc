@@ -42,6 +42,35 @@ Check fail(std::string what, std::string fix) {
   return {Level::kFail, std::move(what), std::move(fix)};
 }
 
+// UCX_NET_DEVICES, when set, must name an ACTIVE RDMA port of this host ("mlx5_0:1" or
+// "mlx5_0"; other names, e.g. eth0 for tcp, are UCX's business). False when it does not.
+bool judge_net_devices(const HostFacts& f, const Requirements& job, std::vector<Check>& out) {
+  const std::string& nd = job.ucx_net_devices;
+  if (nd.empty() || nd == "all") return true;
+  std::string named_down;
+  std::stringstream in(nd);
+  for (std::string item; std::getline(in, item, ',');) {
+    for (const auto& p : f.ib.ports) {
+      if (item != fmt::format("{}:{}", p.device, p.port) && item != p.device) continue;
+      if (p.active()) return true;
+      named_down +=
+          fmt::format("{}{}:{} {}", named_down.empty() ? "" : ", ", p.device, p.port, p.state);
+    }
+  }
+  std::string ports;
+  for (const auto& p : f.ib.ports)
+    ports += fmt::format("{}{}:{} {}", ports.empty() ? "" : ", ", p.device, p.port, p.state);
+  out.push_back(
+      fail(named_down.empty()
+               ? fmt::format("UCX_NET_DEVICES={} names no RDMA port of this host (it "
+                             "has {})",
+                             nd, ports)
+               : fmt::format("UCX_NET_DEVICES={} names no ACTIVE RDMA port ({})", nd, named_down),
+           "set UCX_NET_DEVICES to an ACTIVE port of the list (ibstat), or leave it "
+           "unset"));
+  return false;
+}
+
 void judge_rdma(const HostFacts& f, const Requirements& job, std::vector<Check>& out) {
   const std::string tls = tls_text(job.ucx_tls);
   if (f.ib.ports.empty()) {
@@ -72,6 +101,7 @@ void judge_rdma(const HostFacts& f, const Requirements& job, std::vector<Check>&
                        "UCX_NET_DEVICES to an active port, or UCX_TLS=tcp"));
     return;
   }
+  if (!judge_net_devices(f, job, out)) return;
   out.push_back(pass(fmt::format("{}: RDMA port {}", tls, active)));
   if (f.memlock.soft && *f.memlock.soft < kMinRdmaMemlock) {
     out.push_back(fail(fmt::format("the locked-memory limit is {}: RDMA registers the job's "

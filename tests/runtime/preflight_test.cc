@@ -164,6 +164,30 @@ TEST(Verdict, RcWithActivePortChecksMemlock) {
   EXPECT_TRUE(passes(checks));
 }
 
+TEST(Verdict, NetDevicesMustNameAnActivePort) {
+  HostFacts f = bare_host();
+  f.ib = two_nics();
+  f.memlock.soft.reset();
+  Requirements job{"ucx", "rc", std::nullopt, "mlx5_1:1"};
+  EXPECT_TRUE(passes(judge(f, job)));
+  job.ucx_net_devices = "mlx5_4:1";
+  auto checks = judge(f, job);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].what,
+            "UCX_NET_DEVICES=mlx5_4:1 names no RDMA port of this host (it has mlx5_0:1 ACTIVE, "
+            "mlx5_1:1 ACTIVE, mlx5_2:1 DOWN)");
+  EXPECT_EQ(checks[0].fix,
+            "set UCX_NET_DEVICES to an ACTIVE port of the list (ibstat), or leave it unset");
+  job.ucx_net_devices = "mlx5_2:1";
+  checks = judge(f, job);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].what, "UCX_NET_DEVICES=mlx5_2:1 names no ACTIVE RDMA port (mlx5_2:1 DOWN)");
+  job.ucx_net_devices = "mlx5_2:1,mlx5_0";  // a down one, then an active one
+  EXPECT_TRUE(passes(judge(f, job)));
+  job.ucx_net_devices = "all";
+  EXPECT_TRUE(passes(judge(f, job)));
+}
+
 TEST(Verdict, CudaTransportsNeedGpuAndCudaUcx) {
   HostFacts f = bare_host();
   auto checks = judge(f, {"ucx", "tcp,cuda_copy", std::nullopt});

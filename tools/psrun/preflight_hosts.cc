@@ -21,6 +21,7 @@ preflight::Requirements requirements(const Args& a, const std::string& transport
   preflight::Requirements job;
   job.transport = transport;
   if (const char* tls = std::getenv("UCX_TLS")) job.ucx_tls = tls;
+  if (const char* nd = std::getenv("UCX_NET_DEVICES")) job.ucx_net_devices = nd;
   const auto device = device::parse_device(a.server_device);
   if (device.is_cuda()) job.cuda_device = device.index;
   return job;
