@@ -43,11 +43,12 @@ void add_sgd_options(CLI::App& app, Args& a) {
 
 // Where processes run on a host (--bind) and the check of a host before a job (--preflight).
 void add_host_options(CLI::App& app, Args& a) {
-  app.add_option("--bind", a.bind,
-                 "bind each process of a local job to cores on one NUMA node (hwloc): none | "
-                 "numa (every core of its node) | core (cores of its own); default PSRT_BIND, "
-                 "else core when the host has a core per process, else numa. Workers go near "
-                 "their GPU, servers to the other end; the table is printed at start")
+  app.add_option(
+         "--bind", a.bind,
+         "bind each process of a local or ssh job to cores on one NUMA node (hwloc): none | "
+         "numa (every core of its node) | core (cores of its own); default PSRT_BIND, "
+         "else core when the host has a core per process, else numa. Workers go near "
+         "their GPU, servers to the other end; the table is printed at start")
       ->check(CLI::IsMember({"none", "numa", "core"}));
   app.add_flag("--preflight", a.preflight,
                "check this host for the job the other flags describe (UCX and its transports, "
