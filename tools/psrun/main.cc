@@ -23,8 +23,10 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/bind.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
+#include "tools/psrun/preflight_hosts.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
@@ -212,6 +214,10 @@ int run(const Args& a) {
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
   const InterfaceAddress where = scheduler_interface(
       interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
+  if (a.preflight)
+    return psrun::run_preflight(a, transport, where, placement,
+                                placement ? ssh_options(a) : runtime::SshOptions{}, self_exe());
+  psrun::check_bind(a);
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
@@ -232,6 +238,7 @@ int run(const Args& a) {
 
   runtime::JobSpec job = build_job(
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
+  psrun::place_job(a, transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   // psrun stops the job (a process failed, a signal): every process hears why, unless the
