@@ -18,11 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-#define SKIP_WITHOUT_HOSTS()                                                \
-  do {                                                                      \
-    if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
 TEST(Addresses, TheDefaultIsTheRouteToThePeerNeverLoopback) {
   SKIP_WITHOUT_HOSTS();
   Hosts hosts(2, {.sshd = false});

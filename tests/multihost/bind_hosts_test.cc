@@ -18,7 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(BindHosts, EveryProcessIsBoundOnItsHost) {
-  if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true});
   const std::string a1 = hosts.address(1), a2 = hosts.address(2);
   // Host 1: worker 0 and server 0; host 2: worker 1. The namespaces share this machine's cores.

@@ -41,7 +41,7 @@ bool none_left(const Hosts& hosts) {
 }
 
 TEST(MpiJob, ThreeHostsThroughMpirunSumExactlyAcrossTheLinks) {
-  if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_WITHOUT_HOSTS();
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "mpirun not installed (Debian openmpi-bin)";
   Hosts hosts(3, {.sshd = true});

@@ -10,7 +10,7 @@
 // home directory and /tmp are private tmpfs there too: ssh sessions run no real startup files). The
 // destructor also stops every process of every host and every sshd, and deletes the namespaces.
 //
-//   if (auto why = psrt::test::Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why;
+//   SKIP_WITHOUT_HOSTS();                   // skips the test where hosts cannot be made
 //   psrt::test::Hosts hosts(3, {.sshd = true});
 //   hosts.address(1);                       // "10.9.0.12" (host i is 10.9.0.(11+i))
 //   hosts.run_in(1, {"ip", "addr"});        // runs there, bounded; exit code and output
@@ -116,3 +116,10 @@ class Hosts {
 };
 
 }  // namespace psrt::test
+
+// In a test body: skip it, saying why, where the hosts cannot be made (not root, not inside
+// private_net.sh, no sshd). The test must include gtest.
+#define SKIP_WITHOUT_HOSTS()                                                              \
+  do {                                                                                    \
+    if (auto why = ::psrt::test::Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)

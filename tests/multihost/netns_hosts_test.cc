@@ -10,11 +10,6 @@
 namespace psrt::test {
 namespace {
 
-#define SKIP_WITHOUT_HOSTS()                                                \
-  do {                                                                      \
-    if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
     s.pop_back();

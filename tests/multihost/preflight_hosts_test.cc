@@ -17,11 +17,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-#define SKIP_WITHOUT_HOSTS()                                                \
-  do {                                                                      \
-    if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
 // psrun --preflight on host 0 for a job on hosts 1 and 2; its exit code and output.
 psrt::test::Run preflight_on_host0(const Hosts& hosts, const std::string& env,
                                    const std::string& args) {

@@ -25,11 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#define SKIP_WITHOUT_HOSTS()                                                \
-  do {                                                                      \
-    if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
 bool has_ucx() {
 #ifdef PSRT_TEST_HAVE_UCX
   return true;

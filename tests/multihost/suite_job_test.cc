@@ -16,7 +16,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(SuiteAcrossHosts, SshJobRowsAndTheBytesOnEachWorkersLink) {
-  if (auto why = Hosts::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true, .ipv6 = false});
   const auto json = scratch("suite.json");
   const std::vector<std::uint64_t> before{hosts.tx_bytes(1), hosts.tx_bytes(2)};
