@@ -16,7 +16,6 @@ import argparse
 import gc
 import os
 import signal
-import sys
 import threading
 import time
 import weakref
@@ -25,18 +24,9 @@ import numpy as np
 import torch
 
 import psrt
+from worker_checks import expect, fail
 
 SIZES = [1, 7, 5000]  # 5000 floats = 5 slices of psrun --partition-bytes 4096 on 2 servers
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def grad_of(rank, key, size, round_):

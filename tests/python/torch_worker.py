@@ -21,18 +21,9 @@ import torch.nn.functional as F
 
 import psrt
 import psrt.torch
+from worker_checks import expect, fail
 
 STEPS = 30
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 class Net(nn.Module):
