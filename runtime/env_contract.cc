@@ -76,6 +76,9 @@ const std::vector<EnvVar>& env_contract() {
        "progress threads busy-poll this long after an event before sleeping (0 = never; psrun "
        "sets 0 when its workers + servers are at least the host's cores)"},
       {"PSRT_PEER_TIMEOUT_MS", "10000", "scheduler", "a peer silent this long is lost"},
+      {"PSRT_ON_WORKER_LOSS", "stop", "scheduler, psrun",
+       "stop | continue: a lost worker ends the job, or is dropped like one that left and the "
+       "rounds go on with the live workers (psrun --on-worker-loss)"},
       {"PSRT_HANDSHAKE_TIMEOUT_MS", "5000", "scheduler, server",
        "an accepted connection that has not authenticated by then is closed"},
       {"PSRT_MAX_UNAUTHENTICATED", "512", "scheduler, server",

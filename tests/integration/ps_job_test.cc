@@ -232,6 +232,43 @@ TEST(JobFault, KilledWorkerStopsTheJobNamingIt) {
   EXPECT_LT(r.seconds, 20.0) << r.out;
 }
 
+// --on-worker-loss continue: rank 2 is SIGKILLed after round 3 of 8; the rounds go on with
+// ranks 0 and 1, whose every round (checked by ps_worker lossy on every element of keys over
+// both servers) subtracts the gradients of exactly the ranks live in it, and the job ends 0.
+TEST(JobFault, LostWorkerWithContinueLeavesRoundsOfTheLiveWorkersExact) {
+  auto r = psrun("",
+                 "--transport tcp -n 3 -s 2 --lr 1 --aggregate sum --partition-bytes 4096 "
+                 "--on-worker-loss continue",
+                 "lossy --rounds 8 --kill-after 3 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 3"), 1) << r.out;
+  EXPECT_EQ(r.count("PASS lossy"), 2) << r.out;
+  EXPECT_EQ(r.count(") was killed by signal 9 (SIGKILL); the job goes on without it "
+                    "(--on-worker-loss continue)"),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count("the job goes on with 2 workers (--on-worker-loss continue)"), 1) << r.out;
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+  // The same job with the default (stop) ends at the loss, naming it and the choice.
+  auto stopped =
+      psrun("", "--transport tcp -n 3 -s 2 --lr 1 --aggregate sum --partition-bytes 4096",
+            "lossy --rounds 8 --kill-after 3 --sizes 7,5000");
+  EXPECT_NE(stopped.rc, 0) << stopped.out;
+  EXPECT_EQ(stopped.count("PASS lossy"), 0) << stopped.out;
+  EXPECT_EQ(stopped.count("was killed by signal 9 (SIGKILL); stopping the job\n"), 1)
+      << stopped.out;
+}
+
+// Every worker lost: the job fails even with continue, naming the last one.
+TEST(JobFault, LosingEveryWorkerFailsTheJobEvenWithContinue) {
+  auto r = psrun("", "--transport tcp -n 1 --lr 1 --on-worker-loss continue",
+                 "resume --rounds 8 --kill-after 2");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 2"), 1) << r.out;
+  EXPECT_EQ(r.count("worker 0 (pid "), 1) << r.out;
+  EXPECT_EQ(r.count("was killed by signal 9 (SIGKILL); stopping the job"), 1) << r.out;
+}
+
 TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
   auto dir = scratch("ckpt");
   const std::string args =
@@ -276,6 +313,15 @@ TEST(Psrun, BadCommandLinesAreRefusedWithTheCause) {
   r = psrun("", "--max-grad-norm nan", "exact");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--max-grad-norm must be a finite number"), std::string::npos) << r.out;
+  r = psrun("PSRT_ON_WORKER_LOSS=later", "", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("PSRT_ON_WORKER_LOSS='later' is not stop or continue"), std::string::npos)
+      << r.out;
+  r = psrun("", "--launcher mpi --on-worker-loss continue", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--on-worker-loss continue needs --launcher local or ssh"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
+//   ps_worker lossy --rounds R --kill-after K      sync, sum, lr 1, 3 workers, --on-worker-loss
+//                                                  continue: rank 2 SIGKILLs itself after K
+//                                                  rounds; ranks 0, 1 check every round against
+//                                                  the closed form of the ranks live in it
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
 //                                                  rerun resumes from the checkpoint
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
@@ -151,6 +155,53 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
     if (a.kill_after == t + 1 && w.rank() == 0) {
+      std::printf("KILLING after round %d\n", t + 1);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    }
+  }
+}
+
+// Sync, sum, lr 1: rank r pushes (r+1)(t+1) + i%7 in round t. Rank 2 is SIGKILLed after
+// round K (the job runs with --on-worker-loss continue), so rounds before K subtract the sum over
+// ranks 0..2 and later rounds the sum over ranks 0 and 1 only; ranks 0 and 1 check every element
+// of every key after every round.
+void lossy(psrt::Worker& w, const Args& a) {
+  if (w.num_workers() != 3) fail("lossy needs 3 workers");
+  std::map<std::size_t, std::vector<float>> weights, grads;
+  for (std::size_t k = 0; k < a.sizes.size(); ++k) {
+    std::vector<float> v(a.sizes[k]);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = init_value(i);
+    w.init(k, v);
+    weights[k].resize(v.size());
+    grads[k].resize(v.size());
+  }
+  w.barrier();
+  for (int t = 0; t < a.rounds; ++t) {
+    std::vector<psrt::Handle> hs;
+    for (auto& [k, g] : grads) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
+      hs.push_back(w.push_pull(k, g, weights[k]));
+    }
+    for (auto& h : hs)
+      h.wait();
+    for (auto& [k, v] : weights) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        double drop = 0;
+        for (int u = 0; u <= t; ++u) {
+          const int live = u < a.kill_after ? 3 : 2;  // ranks 0..live-1 pushed in round u
+          for (int r = 0; r < live; ++r)
+            drop += (r + 1) * (u + 1) + static_cast<double>(i % 7);
+        }
+        if (v[i] != static_cast<float>(init_value(i) - drop))
+          fail("key " + std::to_string(k) + " round " + std::to_string(t) + " element " +
+               std::to_string(i) + " is " + std::to_string(v[i]) + ", expected " +
+               std::to_string(init_value(i) - drop));
+      }
+    }
+    if (w.rank() == 2 && t + 1 == a.kill_after) {
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
       std::raise(SIGKILL);
@@ -445,6 +496,8 @@ int main(int argc, char** argv) {
     } else if (a.scenario == "resume") {
       std::printf("RESUMED %llu\n", static_cast<unsigned long long>(w.resume_round()));
       exact(w, a, static_cast<int>(w.resume_round()));
+    } else if (a.scenario == "lossy") {
+      lossy(w, a);
     } else if (a.scenario == "async" || a.scenario == "ssp") {
       each_push(w, a);
     } else if (a.scenario == "attack" || a.scenario == "invariants") {

@@ -117,6 +117,7 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
+      {"PSRT_ON_WORKER_LOSS", a.fault.on_worker_loss},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
@@ -181,6 +182,8 @@ psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& tra
   sc.partition_bytes = a.partition_bytes;
   sc.checkpoint_dir = a.checkpoint_dir;
   sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  if (a.fault.on_worker_loss == "continue")
+    sc.worker_loss = ps::SchedulerConfig::WorkerLoss::kContinue;
   sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers) +
                                              static_cast<std::size_t>(a.servers));
   sc.max_keys_per_worker =
@@ -234,6 +237,7 @@ int run(const Args& a) {
       a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
+  job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
   // psrun stops the job (a process failed, a signal): every process hears why, unless the
   // scheduler had stopped it first (then its verdict names the first process lost).
   bool scheduler_first = false;
@@ -295,6 +299,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   }
   if (auto rc = psrt::psrun::finish_options(app, a, self_exe())) return *rc;
   try {
+    psrt::psrun::finish_fault_flags(a.fault, a.launcher);
     return run(a);
   } catch (const psrt::Error& e) {
     std::cerr << "psrun: " << e.what() << "\n";
