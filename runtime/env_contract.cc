@@ -93,6 +93,10 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_MAX_CONTROL_PER_SEC", "100000", "scheduler",
        "control messages per second one peer may send the scheduler (burst: one second's "
        "worth); beyond, it is disconnected naming this"},
+      {"PSRT_RESTART_COUNT", "0", "worker, server",
+       "set by psrun: how many times psrun --max-restarts restarted this job (0: the first run)"},
+      {"PSRT_RESUME_ROUND", "0", "worker, server",
+       "set by psrun: the checkpoint round this run of the job resumes from (0: from the start)"},
       {"PSRT_LOG_LEVEL", "info", "all", "debug | info | warn | error"},
       {"PSRT_CPU_ISA", "", "server", "cap the update's ISA: scalar | avx2 | avx512"},
   };

@@ -285,6 +285,43 @@ TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
   EXPECT_EQ(second.count("PASS resume"), 2) << second.out;
 }
 
+// psrun --max-restarts: rank 0 is SIGKILLed after round 4; psrun stops the job and starts it
+// again from checkpoint round 4, telling the processes so, and the second run checks every
+// round from there on exactly.
+TEST(JobFault, MaxRestartsRestartsAFailedJobFromTheLatestCheckpoint) {
+  auto dir = scratch("restart");
+  auto r = psrun("",
+                 "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 --checkpoint-every 2 "
+                 "--max-restarts 2 --checkpoint-dir " +
+                     dir.string(),
+                 "resume --rounds 10 --kill-after 4 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 4"), 1) << r.out;
+  // (rank 1's line of the first run may die in its stdio buffer with it)
+  EXPECT_GE(r.count("RESUMED 0 (PSRT_RESUME_ROUND 0, PSRT_RESTART_COUNT 0)"), 1) << r.out;
+  EXPECT_EQ(r.count("psrun: the job failed after "), 1) << r.out;
+  EXPECT_EQ(r.count("; restarting it (restart 1 of 2) from the latest complete checkpoint in " +
+                    dir.string()),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count("restart 1 of 2: resuming from checkpoint round 4"), 1) << r.out;
+  EXPECT_EQ(r.count("RESUMED 4 (PSRT_RESUME_ROUND 4, PSRT_RESTART_COUNT 1)"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 2) << r.out;
+  EXPECT_LT(r.seconds, 30.0) << r.out;
+}
+
+// A job that fails every time is restarted K times, then psrun gives up with its status.
+TEST(JobFault, MaxRestartsGivesUpAfterKRestarts) {
+  auto r = psrun("", "--transport tcp -n 1 --lr 1 --max-restarts 2",
+                 "resume --rounds 10 --kill-after 1");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 1"), 3) << r.out;
+  EXPECT_EQ(r.count("(restart 1 of 2) from the start (no --checkpoint-dir)"), 1) << r.out;
+  EXPECT_EQ(r.count("(restart 2 of 2) from the start (no --checkpoint-dir)"), 1) << r.out;
+  EXPECT_EQ(r.count("restarting it"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 0) << r.out;
+}
+
 TEST(Psrun, HelpEnvListsTheContract) {
   auto log = scratch("help.txt");
   ASSERT_EQ(std::system((std::string(PSRUN_PATH) + " --help-env > " + log.string()).c_str()), 0);

@@ -494,7 +494,10 @@ int main(int argc, char** argv) {
     if (a.scenario == "exact" || a.scenario == "kill") {
       exact(w, a, 0);
     } else if (a.scenario == "resume") {
-      std::printf("RESUMED %llu\n", static_cast<unsigned long long>(w.resume_round()));
+      std::printf("RESUMED %llu (PSRT_RESUME_ROUND %s, PSRT_RESTART_COUNT %s)\n",
+                  static_cast<unsigned long long>(w.resume_round()),
+                  std::getenv("PSRT_RESUME_ROUND") ? std::getenv("PSRT_RESUME_ROUND") : "unset",
+                  std::getenv("PSRT_RESTART_COUNT") ? std::getenv("PSRT_RESTART_COUNT") : "unset");
       exact(w, a, static_cast<int>(w.resume_round()));
     } else if (a.scenario == "lossy") {
       lossy(w, a);

@@ -14,6 +14,13 @@ void add_fault_flags(CLI::App& app, FaultFlags& flags) {
                  "that left; rounds go on with the live workers); default PSRT_ON_WORKER_LOSS, "
                  "else stop")
       ->check(CLI::IsMember({"stop", "continue"}));
+  app.add_option("--max-restarts", flags.max_restarts,
+                 "when the job fails (a process exits non-zero, is killed or lost), stop what is "
+                 "left and start the whole job again from the latest complete checkpoint of "
+                 "--checkpoint-dir, up to K times (PSRT_RESTART_COUNT and PSRT_RESUME_ROUND tell "
+                 "the processes); 0 = never")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
 }
 
 void finish_fault_flags(FaultFlags& flags, const std::string& launcher) {

@@ -1,4 +1,5 @@
-// psrun's flags for what a failure does to the job: --on-worker-loss (PSRT_ON_WORKER_LOSS).
+// psrun's flags for what a failure does to the job: --on-worker-loss (PSRT_ON_WORKER_LOSS) and
+// --max-restarts.
 #pragma once
 
 #include <string>
@@ -11,6 +12,9 @@ namespace psrt::psrun {
 
 struct FaultFlags {
   std::string on_worker_loss;  // stop | continue; empty: PSRT_ON_WORKER_LOSS
+  // A failed job (a process failed or was lost) is stopped and started again, from the latest
+  // complete checkpoint of --checkpoint-dir, up to this many times.
+  int max_restarts = 0;
 };
 
 void add_fault_flags(CLI::App& app, FaultFlags& flags);

@@ -204,6 +204,60 @@ std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
   return psrt::runtime::make_launch_backend(a.launcher);
 }
 
+// What stays the same over the restarts of one psrun.
+struct Attempt {
+  const Args& a;
+  const psrt::ps::SchedulerConfig& sc;
+  const std::string& transport;
+  const std::string& secret;
+  const std::string& interface;
+  const psrt::InterfaceAddress& where;
+  const std::optional<psrt::psrun::Placement>& placement;
+};
+
+// One run of the job: a fresh scheduler (which finds the checkpoint round to resume from), the
+// servers and the workers; psrun's exit status for it.
+int run_attempt(const Attempt& at, int restart) {
+  using namespace psrt;
+  const Args& a = at.a;
+  const ps::SchedulerConfig& sc = at.sc;
+  ps::Scheduler scheduler(sc);
+  Env env = common_env(a, scheduler.address(), at.transport, at.secret, sc.secure, at.interface);
+  env.emplace_back("PSRT_RESTART_COUNT", std::to_string(restart));
+  env.emplace_back("PSRT_RESUME_ROUND", std::to_string(scheduler.resume_round()));
+  if (restart > 0)
+    PSRT_LOG_INFO("restart {} of {}: resuming from checkpoint round {}", restart,
+                  a.fault.max_restarts, scheduler.resume_round());
+  runtime::JobSpec job = build_job(a, env, at.placement);
+  // Once every worker has exited, the servers have nothing left to serve.
+  job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
+  job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
+  // psrun stops the job (a process failed, a signal): every process hears why, unless the
+  // scheduler had stopped it first (then its verdict names the first process lost).
+  bool scheduler_first = false;
+  job.on_stopping = [&](const std::string& why) {
+    const Status before = scheduler.wait(std::chrono::milliseconds(0));
+    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
+    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
+  };
+  PSRT_LOG_INFO(
+      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+      "(interface {})",
+      a.workers, a.servers, at.transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
+      at.where.name.empty() ? "?" : at.where.name);
+  int rc = launch_backend(a, at.placement)->run(job);
+  Status how = scheduler.wait(std::chrono::milliseconds(0));
+  if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
+    std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
+    rc = 1;
+  } else if (rc != 0 && scheduler_first) {
+    // The scheduler's verdict names the process it lost first (and its host), which the first
+    // process to exit may not be.
+    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
+  }
+  return rc;
+}
+
 int run(const Args& a) {
   using namespace psrt;
   ps::parse_mode(a.mode);  // validates
@@ -231,37 +285,20 @@ int run(const Args& a) {
 
   const ps::SchedulerConfig sc = scheduler_config(a, transport, where, secret, secure);
   log::set_prefix("scheduler");
-  ps::Scheduler scheduler(sc);
-
-  runtime::JobSpec job = build_job(
-      a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
-  // Once every worker has exited, the servers have nothing left to serve.
-  job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
-  // psrun stops the job (a process failed, a signal): every process hears why, unless the
-  // scheduler had stopped it first (then its verdict names the first process lost).
-  bool scheduler_first = false;
-  job.on_stopping = [&](const std::string& why) {
-    const Status before = scheduler.wait(std::chrono::milliseconds(0));
-    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
-    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
-  };
-  PSRT_LOG_INFO(
-      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
-      "(interface {})",
-      a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
-      where.name.empty() ? "?" : where.name);
-  int rc = launch_backend(a, placement)->run(job);
-  Status how = scheduler.wait(std::chrono::milliseconds(0));
-  if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
-    std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
-    rc = 1;
-  } else if (rc != 0 && scheduler_first) {
-    // The scheduler's verdict names the process it lost first (and its host), which the first
-    // process to exit may not be.
-    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
+  Attempt attempt{a, sc, transport, secret, interface, where, placement};
+  for (int restart = 0;; ++restart) {
+    const auto started = std::chrono::steady_clock::now();
+    const int rc = run_attempt(attempt, restart);
+    // A job that ended, or that psrun was told to stop (128 + the signal), is not restarted.
+    if (rc == 0 || rc >= 128 || restart >= a.fault.max_restarts) return rc;
+    const double ran =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::cerr << fmt::format(
+        "psrun: the job failed after {:.1f} s; restarting it (restart {} of {}){}\n", ran,
+        restart + 1, a.fault.max_restarts,
+        a.checkpoint_dir.empty() ? " from the start (no --checkpoint-dir)"
+                                 : " from the latest complete checkpoint in " + a.checkpoint_dir);
   }
-  return rc;
 }
 
 }  // namespace
