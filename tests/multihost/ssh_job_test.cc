@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -297,6 +298,42 @@ TEST(SshJobFault, AFailedJobIsRestartedOnItsHostsFromTheLatestCheckpoint) {
         << out;
   EXPECT_EQ(count(out, "PASS resume"), 2) << out;
   EXPECT_GE(wait_no_psrt_process(hosts, 5s), 0) << "a psrt process was left on a host\n" << out;
+}
+
+// A host lost for good (its link down): before restarting, psrun finds that ssh no longer
+// reaches it and moves its worker to the hosts that remain; the restarted job runs its three
+// workers on A and B, and nothing is left on any host (C's processes stop when psrun's keepalives
+// stop coming).
+TEST(SshJobFault, ARestartMovesTheProcessesOfALostHostToTheOthers) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  const std::string a = hosts.address(0), b = hosts.address(1), c = hosts.address(2);
+  const auto stop = scratch("lost_host_stop");
+  ProcessGroup job(
+      psrun_on_host0(hosts, std::string("PSRT_PEER_TIMEOUT_MS=3000 PSRT_SECRET=") + kJobSecret,
+                     "--transport tcp -n 3 -s 2 --aggregate sum --lr 1 --max-restarts 1 -H " + a +
+                         "," + b + "," + c + " --server-hosts " + a + "," + b,
+                     "hold --stop-file " + stop.string()),
+      scratch("lost_host.txt"));
+  ASSERT_TRUE(wait_output(job, "HOLDING rank", 3, 60s)) << job.out();
+  hosts.link_down(2);
+  ASSERT_TRUE(wait_output(job, "psrun: host " + c + " does not answer ssh", 1,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound * 2)))
+      << job.out();
+  ASSERT_TRUE(wait_output(job, "HOLDING rank", 6, 60s)) << job.out();
+  std::ofstream(stop) << "1\n";
+  const int rc = job.wait(60s);
+  const std::string out = job.out();
+  show_verdict(out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "(restart 1 of 1) from the start (no --checkpoint-dir)"), 1) << out;
+  EXPECT_EQ(count(out, "[worker 2@" + a + "] HOLDING rank 2"), 1) << out;
+  EXPECT_EQ(count(out, "PASS hold"), 3) << out;
+  EXPECT_GE(wait_no_psrt_process(
+                hosts, std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)),
+            0)
+      << "a psrt process was left on a host\n"
+      << out;
 }
 
 // Workers that never exit by themselves (sleep): only the remote side can stop them.

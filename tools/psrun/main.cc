@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "base/interfaces.h"
@@ -23,6 +25,7 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/host_loss.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
 #include "tools/psrun/role_from_env.h"
@@ -204,6 +207,34 @@ std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
   return psrt::runtime::make_launch_backend(a.launcher);
 }
 
+// Before a restart of an ssh job: the hosts ssh cannot reach any more give their processes to the
+// others (tools/psrun/host_loss.h). False, having said why, when no host is left.
+bool move_off_lost_hosts(const Args& a, psrt::psrun::Placement& placement) {
+  using namespace psrt;
+  std::vector<std::string> hosts = placement.servers;
+  for (const auto& h : placement.workers)
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  const auto lost = psrun::unreachable_hosts(hosts, psrun::split_ssh_args(a.ssh.ssh_args),
+                                             runtime::env_ms("PSRT_PEER_TIMEOUT_MS"));
+  if (lost.empty()) return true;
+  std::set<std::string> names;
+  for (const auto& [host, why] : lost) {
+    std::cerr << "psrun: host " << host << " does not answer ssh (" << why
+              << "): the restart moves its processes to the other hosts\n";
+    names.insert(host);
+  }
+  try {
+    placement = psrun::move_off_hosts(placement, names);
+  } catch (const Error& e) {
+    std::cerr << "psrun: " << e.what() << "; not restarting\n";
+    return false;
+  }
+  PSRT_LOG_INFO("placement for the restart:\n{}", psrun::describe_placement(placement));
+  return true;
+}
+
 // What stays the same over the restarts of one psrun.
 struct Attempt {
   const Args& a;
@@ -260,8 +291,8 @@ int run_attempt(const Attempt& at, int restart) {
 
 int run(const Args& a) {
   using namespace psrt;
-  ps::parse_mode(a.mode);  // validates
-  const auto placement = placement_of(a);
+  ps::parse_mode(a.mode);            // validates
+  auto placement = placement_of(a);  // moved off lost hosts before a restart
   const std::string secret = job_secret(a);
   std::string transport = a.transport;
   if (transport.empty()) transport = transport::available_backends().front();
@@ -298,6 +329,7 @@ int run(const Args& a) {
         restart + 1, a.fault.max_restarts,
         a.checkpoint_dir.empty() ? " from the start (no --checkpoint-dir)"
                                  : " from the latest complete checkpoint in " + a.checkpoint_dir);
+    if (placement && !move_off_lost_hosts(a, *placement)) return rc;
   }
 }
 
