@@ -2,12 +2,12 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <thread>
 
@@ -52,6 +52,7 @@ std::vector<std::pair<std::string, std::string>> unreachable_hosts(
           fmt::format("ConnectTimeout={}", seconds), host, std::string("true")})
       argv.push_back(s);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (auto& s : argv)
       args.push_back(s.data());
     args.push_back(nullptr);
