@@ -118,12 +118,36 @@ std::vector<std::pair<pid_t, std::string>> job_processes(const fs::path& dir) {
   return found;
 }
 
+// The step of the last line rank 0 logged, or 0.
+int last_step(const fs::path& metrics) {
+  const std::string text = slurp(metrics);
+  const auto at = text.rfind("\"step\":");
+  return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + 7);
+}
+
+// The rounds psrun's restarts resumed from, in order ("restart N of K: resuming from checkpoint
+// round R").
+std::vector<int> resumed_rounds(const std::string& out) {
+  std::vector<int> rounds;
+  const std::string mark = ": resuming from checkpoint round ";
+  for (auto p = out.find(mark); p != std::string::npos; p = out.find(mark, p + 1))
+    rounds.push_back(std::atoi(out.c_str() + p + mark.size()));
+  return rounds;
+}
+
 int metrics_lines(const fs::path& metrics) {
   return count(slurp(metrics), "\"loss\"");
 }
 
 std::string fmt_victim(const std::string& role, int step) {
-  return " a " + role + " after " + std::to_string(step) + " logged steps,";
+  return " a " + role + " at step " + std::to_string(step) + ",";
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v)
+    s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
 }
 
 json summary_of(const std::string& out) {
@@ -172,6 +196,7 @@ TEST(Chaos, LenetJobSurvivesRandomKillsAndReachesTheUndisturbedAccuracy) {
   const auto draw = [&] { return std::uniform_int_distribution<int>(5, 80)(rng); };
   int kills = 0, rc = -1, lines_at_kill = 0, need = draw();
   std::string victims;
+  std::vector<int> steps_at_kill;
   const auto deadline = Clock::now() + std::chrono::seconds(300);
   while ((rc = job.poll()) < 0 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -183,14 +208,25 @@ TEST(Chaos, LenetJobSurvivesRandomKillsAndReachesTheUndisturbedAccuracy) {
     if (::kill(pid, SIGKILL) != 0) continue;
     ++kills;
     lines_at_kill = lines;
+    steps_at_kill.push_back(last_step(metrics));
     need = draw();
-    victims += fmt_victim(role, lines);
+    victims += fmt_victim(role, steps_at_kill.back());
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const std::string out = slurp(dir / "out.txt");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(kills, kKills) << out;
   EXPECT_EQ(count(out, "; restarting it (restart "), kKills) << out;
+  // The work lost is bounded by the cadence (25): each restart resumed from a round at most two
+  // checkpoints behind the last step logged before the kill (the round of that step may still
+  // have been completing), never ahead of it.
+  const std::vector<int> rounds = resumed_rounds(out);
+  ASSERT_EQ(rounds.size(), steps_at_kill.size()) << out;
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    EXPECT_LE(rounds[i], steps_at_kill[i]) << "kill " << i << "\n" << out;
+    EXPECT_GE(rounds[i], steps_at_kill[i] - 50) << "kill " << i << "\n" << out;
+    EXPECT_EQ(rounds[i] % 25, 0) << out;
+  }
   const json summary = summary_of(out);
   ASSERT_FALSE(summary.is_null()) << out;
   EXPECT_EQ(summary["steps"], 400);
@@ -198,9 +234,10 @@ TEST(Chaos, LenetJobSurvivesRandomKillsAndReachesTheUndisturbedAccuracy) {
               0.005)
       << out;
   std::printf(
-      "chaos: killed%s undisturbed %.1f s, test accuracy %.4f; with %d kills %.1f s, test "
-      "accuracy %.4f; time lost per failure %.1f s\n",
-      victims.c_str(), ref_seconds, ref_summary["test_accuracy"].get<double>(), kKills, seconds,
+      "chaos: killed%s resumed from rounds %s; undisturbed %.1f s, test accuracy %.4f; with %d "
+      "kills %.1f s, test accuracy %.4f; time lost per failure %.1f s\n",
+      victims.c_str(), join(rounds).c_str(), ref_seconds,
+      ref_summary["test_accuracy"].get<double>(), kKills, seconds,
       summary["test_accuracy"].get<double>(), (seconds - ref_seconds) / kKills);
 }
 
