@@ -8,11 +8,12 @@
 namespace psrt::psrun {
 
 void add_fault_flags(CLI::App& app, FaultFlags& flags) {
-  app.add_option("--on-worker-loss", flags.on_worker_loss,
-                 "what a worker lost without leaving (killed, crashed, its host gone) does to a "
-                 "sync job: stop (the job ends naming it) | continue (it is dropped like a worker "
-                 "that left; rounds go on with the live workers); default PSRT_ON_WORKER_LOSS, "
-                 "else stop")
+  app.add_option(
+         "--on-worker-loss", flags.on_worker_loss,
+         "what a worker lost without leaving (killed, crashed, its host gone) does to the job: "
+         "stop (the job ends naming it) | continue (it is dropped like a worker that "
+         "left; rounds go on with the live workers); default PSRT_ON_WORKER_LOSS, else "
+         "stop")
       ->check(CLI::IsMember({"stop", "continue"}));
   app.add_option("--max-restarts", flags.max_restarts,
                  "when the job fails (a process exits non-zero, is killed or lost), stop what is "
