@@ -142,6 +142,29 @@ void complete_job_round(const std::string& dir, std::uint64_t round, std::uint32
   write_checkpoint_file(job_manifest_path(dir, round), std::as_bytes(std::span(text)));
 }
 
+std::string checkpoint_request_path(const std::string& dir, std::uint64_t round) {
+  return checkpoint_round_dir(dir, round) + ".request";
+}
+
+void request_checkpoint(const std::string& dir, std::uint64_t round) {
+  const std::string text = fmt::format("{}\n", round);
+  write_checkpoint_file(checkpoint_request_path(dir, round), std::as_bytes(std::span(text)));
+}
+
+bool checkpoint_requested(const std::string& dir, std::uint64_t round) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(checkpoint_request_path(dir, round), ec));
+}
+
+std::string checkpoint_now_path(const std::string& dir) {
+  return dir + "/CHECKPOINT-NOW";
+}
+
+bool take_checkpoint_now(const std::string& dir) {
+  std::error_code ec;
+  return fs::remove(checkpoint_now_path(dir), ec);
+}
+
 void mark_job_checkpoints(const std::string& dir) {
   const std::string path = dir + "/JOB-CHECKPOINTS";
   std::error_code ec;

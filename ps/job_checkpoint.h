@@ -7,6 +7,15 @@
 // before their first round): a job then resumes only from a round whose JOB and parts are valid
 // (ps::find_resume_round), so the servers and the workers resume from the same moment.
 //
+// On demand: a worker calls request_checkpoint(dir, r) before it pushes round r - 1, which
+// writes <dir>/r<round>.request; a server writes its slices of a round so requested as it
+// writes those of its cadence (in sync mode every slice's round r waits for that worker's
+// gradient, so the request is on disk before any update of round r runs), and every worker
+// finds the request by the end of its step r (whose forward waited for round r - 1, which waited
+// for the requester's gradient). psrun turns SIGUSR1 into <dir>/CHECKPOINT-NOW, which pstrain's
+// worker 0 takes (take_checkpoint_now) and answers with a request for round step + 2. Requested
+// rounds are not pruned by the servers.
+//
 // JOB (text):
 //   psrt-job 1 round R workers N
 //   w<rank> <bytes> <FNV-1a 64 of the part, 16 hex digits>      one line per rank 0..N-1
@@ -37,6 +46,14 @@ std::vector<std::byte> read_worker_part(const std::string& dir, std::uint64_t ro
 // unusable; nothing is written then.
 void complete_job_round(const std::string& dir, std::uint64_t round, std::uint32_t workers,
                         std::uint32_t num_servers, std::size_t partition_bytes);
+
+// The on-demand checkpoints above. request_checkpoint throws psrt::Error (kSystem).
+std::string checkpoint_request_path(const std::string& dir, std::uint64_t round);
+void request_checkpoint(const std::string& dir, std::uint64_t round);
+bool checkpoint_requested(const std::string& dir, std::uint64_t round);
+std::string checkpoint_now_path(const std::string& dir);
+// True (and the file removed) when <dir>/CHECKPOINT-NOW is there.
+bool take_checkpoint_now(const std::string& dir);
 
 // Marks `dir` as a directory of job checkpoints (idempotent). Throws psrt::Error (kSystem).
 void mark_job_checkpoints(const std::string& dir);

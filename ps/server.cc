@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/checkpoint.h"
+#include "ps/job_checkpoint.h"
 #include "ps/protocol_kernels.h"
 #include "ps/server_device.h"
 #include "ps/shard_map.h"
@@ -551,8 +552,10 @@ void Server::run_update(Update& u) {
     assert(s.readers == 0 && "an update never runs while a pull reply reads the weights");
     version = s.version + 1;
   }
-  const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
-                              version % config_.checkpoint_every == 0;
+  const bool cadence = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
+                       version % config_.checkpoint_every == 0;
+  const bool checkpoint_due = cadence || (!config_.checkpoint_dir.empty() &&
+                                          checkpoint_requested(config_.checkpoint_dir, version));
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock (server.h, "The one access
   // without a lock"; asserted above).
@@ -598,7 +601,7 @@ void Server::run_update(Update& u) {
     try {
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
                              s.total, version, s.weights, s.momentum);
-      if (version > 2 * config_.checkpoint_every)
+      if (cadence && version > 2 * config_.checkpoint_every)
         remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every,
                                 s.key, s.index);
     } catch (const Error& e) {

@@ -255,8 +255,9 @@ TEST(JobFault, LostWorkerWithContinueLeavesRoundsOfTheLiveWorkersExact) {
             "lossy --rounds 8 --kill-after 3 --sizes 7,5000");
   EXPECT_NE(stopped.rc, 0) << stopped.out;
   EXPECT_EQ(stopped.count("PASS lossy"), 0) << stopped.out;
-  EXPECT_EQ(stopped.count("was killed by signal 9 (SIGKILL); stopping the job\n"), 1)
-      << stopped.out;
+  // psrun or the scheduler names worker 2, whichever sees the loss first (worker 0 and 1 fail
+  // as soon as the scheduler stops the job, and psrun may see one of them exit first).
+  EXPECT_GE(stopped.count("worker 2 ("), 1) << stopped.out;
 }
 
 // Every worker lost: the job fails even with continue, naming the last one.
@@ -308,6 +309,22 @@ TEST(JobFault, MaxRestartsRestartsAFailedJobFromTheLatestCheckpoint) {
   EXPECT_EQ(r.count("RESUMED 4 (PSRT_RESUME_ROUND 4, PSRT_RESTART_COUNT 1)"), 2) << r.out;
   EXPECT_EQ(r.count("PASS resume"), 2) << r.out;
   EXPECT_LT(r.seconds, 30.0) << r.out;
+}
+
+// A checkpoint on demand (ps::request_checkpoint, the worker call): no cadence, rank 0 asks for
+// round 3 before its first push; killed after round 5, the job restarts from round 3.
+TEST(JobFault, ACheckpointRequestedByAWorkerIsWrittenAndResumedFrom) {
+  auto dir = scratch("on_demand");
+  auto r = psrun("",
+                 "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 --max-restarts 1 "
+                 "--checkpoint-dir " +
+                     dir.string(),
+                 "resume --rounds 8 --kill-after 5 --request-round 3 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 5"), 1) << r.out;
+  EXPECT_EQ(r.count("restart 1 of 1: resuming from checkpoint round 3"), 1) << r.out;
+  EXPECT_EQ(r.count("RESUMED 3 (PSRT_RESUME_ROUND 3, PSRT_RESTART_COUNT 1)"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 2) << r.out;
 }
 
 // A job that fails every time is restarted K times, then psrun gives up with its status.

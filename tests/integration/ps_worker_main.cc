@@ -11,7 +11,8 @@
 //                                                  rounds; ranks 0, 1 check every round against
 //                                                  the closed form of the ranks live in it
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
-//                                                  rerun resumes from the checkpoint
+//     [--request-round Q]                          rerun resumes from the checkpoint; rank 0
+//                                                  asks for one of round Q at the start
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
 //                                                  1, 2 check sum-mode rounds stay exact
 //   ps_worker guard                                2 workers, --skip-nonfinite: a NaN in one
@@ -46,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "ps/job_checkpoint.h"
 #include "psrt/psrt.h"
 #include "tests/integration/attacker.h"
 #include "tests/integration/invariant_attacks.h"
@@ -56,6 +58,7 @@ struct Args {
   std::string scenario;
   int rounds = 3;
   int kill_after = -1;
+  int request_round = 0;  // resume: rank 0 asks for a checkpoint of this round at the start
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
@@ -79,6 +82,8 @@ Args parse(int argc, char** argv) {
       a.rounds = std::stoi(v);
     else if (k == "--kill-after")
       a.kill_after = std::stoi(v);
+    else if (k == "--request-round")
+      a.request_round = std::stoi(v);
     else if (k == "--stop-file")
       a.stop_file = v;
     else if (k == "--case")
@@ -154,7 +159,7 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
-    if (a.kill_after == t + 1 && w.rank() == 0) {
+    if (a.kill_after == t + 1 && w.rank() == 0 && first_round == 0) {  // in a fresh run only
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
       std::raise(SIGKILL);
@@ -498,6 +503,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(w.resume_round()),
                   std::getenv("PSRT_RESUME_ROUND") ? std::getenv("PSRT_RESUME_ROUND") : "unset",
                   std::getenv("PSRT_RESTART_COUNT") ? std::getenv("PSRT_RESTART_COUNT") : "unset");
+      if (a.request_round > 0 && w.rank() == 0 && w.resume_round() == 0)
+        psrt::ps::request_checkpoint(std::getenv("PSRT_CHECKPOINT_DIR"),
+                                     static_cast<std::uint64_t>(a.request_round));
       exact(w, a, static_cast<int>(w.resume_round()));
     } else if (a.scenario == "lossy") {
       lossy(w, a);

@@ -25,6 +25,7 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/checkpoint_signal.h"
 #include "tools/psrun/host_loss.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
@@ -317,6 +318,7 @@ int run(const Args& a) {
   const ps::SchedulerConfig sc = scheduler_config(a, transport, where, secret, secure);
   log::set_prefix("scheduler");
   Attempt attempt{a, sc, transport, secret, interface, where, placement};
+  psrun::install_checkpoint_signal(a.checkpoint_dir);
   for (int restart = 0;; ++restart) {
     const auto started = std::chrono::steady_clock::now();
     const int rc = run_attempt(attempt, restart);

@@ -154,7 +154,8 @@ class TrainRun {
   std::int64_t step_ = 0;
   float base_lr_ = 0.f;
   // psrun's --checkpoint-dir and --checkpoint-every in a sync job through the servers: this
-  // worker writes its part of every job checkpoint round there. Empty / 0: none.
+  // worker writes its part of every job checkpoint round there (every job_every_ steps, 0: only
+  // on demand). Empty: none.
   std::string job_dir_;
   std::int64_t job_every_ = 0;
   Schedule sched_;
@@ -190,7 +191,6 @@ TrainRun::TrainRun(const TrainOptions& o)
   if (!o.no_ps && runtime::env_string("PSRT_MODE") == "sync") {
     job_dir_ = runtime::env_string("PSRT_CHECKPOINT_DIR");
     if (!job_dir_.empty()) job_every_ = runtime::env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40);
-    if (job_every_ == 0) job_dir_.clear();
   }
   // A job resumed from a job checkpoint continues from its round, whatever --train-dir holds.
   if (!job_dir_.empty() && opt_->resume_round() > 0)
@@ -223,8 +223,19 @@ TrainRun::TrainRun(const TrainOptions& o)
 
 void TrainRun::run() {
   while (step_ < sched_.total) {
+    // psrun got SIGUSR1: worker 0 asks for a checkpoint at round step + 2, before it pushes
+    // step + 1. Another worker may end step + 1 before this request is written (its weights of
+    // round step came earlier), but not step + 2: the forward of step + 2 waits for round
+    // step + 1, which waits for worker 0's gradient of step + 1.
+    if (!job_dir_.empty() && rank_ == 0 && ps::take_checkpoint_now(job_dir_)) {
+      ps::request_checkpoint(job_dir_, static_cast<std::uint64_t>(step_ + 2));
+      progress_->note(fmt::format("job checkpoint requested at round {}", step_ + 2));
+    }
     train_step();
-    if (job_every_ > 0 && step_ % job_every_ == 0) job_checkpoint();
+    if (!job_dir_.empty() &&
+        ((job_every_ > 0 && step_ % job_every_ == 0) ||
+         ps::checkpoint_requested(job_dir_, static_cast<std::uint64_t>(step_))))
+      job_checkpoint();
     const bool epoch_end = step_ % sched_.per_epoch == 0;
     if (rank_ == 0 && !o_.train_dir.empty() &&
         (step_ % sched_.checkpoint_every == 0 || epoch_end || step_ == sched_.total))
@@ -333,7 +344,7 @@ void TrainRun::job_checkpoint() {
         job_dir_, round, static_cast<std::uint32_t>(world_),
         static_cast<std::uint32_t>(opt_->num_servers()),
         static_cast<std::size_t>(runtime::env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31)));
-    if (step_ > 2 * job_every_)
+    if (job_every_ > 0 && step_ % job_every_ == 0 && step_ > 2 * job_every_)
       ps::remove_job_round(job_dir_, static_cast<std::uint64_t>(step_ - 2 * job_every_));
     progress_->note(fmt::format("job checkpoint round {} complete in {}", step_, job_dir_));
   } catch (const Error& e) {
