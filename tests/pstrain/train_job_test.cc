@@ -177,6 +177,25 @@ TEST(TrainJob, OnePsWorkerMatchesTorchSgdStepForStep) {
   }
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The pid of the psrun (not one of its servers) whose command line mentions `marker`, or 0.
+pid_t find_psrun(const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmd = slurp((e.path() / "cmdline").string());
+    if (cmd.rfind(PSRUN_PATH, 0) == 0 && cmd.find(marker) != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
 // The pid of the pstrain process whose command line mentions `marker`, or 0.
 pid_t find_pstrain(const std::string& marker) {
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -206,7 +225,8 @@ int latest_job_round(const fs::path& dir) {
 TEST(TrainJob, KilledWorkerResumesFromTheJobCheckpointBitForBitWithMomentum) {
   // Momentum 0.9 and the cosine schedule: the servers restore their slices with momentum at the
   // job checkpoint's round and the worker its step (data position, schedule) and buffers, so the
-  // resumed run must retrace the uninterrupted one bit for bit.
+  // resumed run must retrace the uninterrupted one bit for bit. The round resumed from is one
+  // asked for on demand (SIGUSR1 to psrun), between two rounds of the cadence.
   const std::string flags =
       "--lr 0.05 --momentum 0.9 --epochs 3 --max-steps 300 --checkpoint-every 50 "
       "--digest ";
@@ -231,23 +251,33 @@ TEST(TrainJob, KilledWorkerResumesFromTheJobCheckpointBitForBitWithMomentum) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  bool killed_it = false;
+  // Past step 110, SIGUSR1 to psrun asks for a checkpoint on demand (round step + 2, off the
+  // cadence of 50); once that round is complete the worker is SIGKILLed.
+  bool asked = false, killed_it = false;
   for (int i = 0; i < 3000 && !killed_it; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     auto s = steps_of(killed / "m1.jsonl");
-    if (!s.empty() && s.back()["step"].get<int>() >= 120) {
+    if (s.empty() || s.back()["step"].get<int>() < 110) continue;
+    if (!asked) {
+      if (pid_t p = find_psrun(killed.string())) asked = ::kill(p, SIGUSR1) == 0;
+    } else if (latest_job_round(killed / "job") % 50 != 0) {
       if (pid_t p = find_pstrain(killed.string())) killed_it = ::kill(p, SIGKILL) == 0;
     }
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(killed_it) << "never saw step 120";
+  ASSERT_TRUE(asked) << "never saw step 110";
+  ASSERT_TRUE(killed_it) << "no checkpoint on demand\n" << slurp(log);
   EXPECT_NE(WEXITSTATUS(status), 0) << "psrun must report the killed worker";
   auto first = steps_of(killed / "m1.jsonl");
   ASSERT_LT(first.back()["step"].get<int>(), 300);
   const int round = latest_job_round(killed / "job");
-  ASSERT_GE(round, 100);
-  ASSERT_EQ(round % 50, 0);
+  ASSERT_GT(round, 110);
+  EXPECT_NE(round % 50, 0) << "the round asked for on demand";
+  EXPECT_NE(slurp(log).find("psrun: got SIGUSR1: asked the job for a checkpoint at its next round"),
+            std::string::npos);
+  EXPECT_NE(slurp(log).find("job checkpoint requested at round " + std::to_string(round)),
+            std::string::npos);
   auto ck = psrt::pstrain::latest_checkpoint(killed.string());
   ASSERT_TRUE(ck);
   EXPECT_EQ(ck->digest, first[ck->step - 1]["weights_digest"]);
