@@ -80,7 +80,7 @@ struct StepResult {
 
 // One slice's update. Trivially copyable: the CUDA path hands the same struct to a kernel.
 struct SliceUpdate {
-  float* weights = nullptr;   // count fp32 values, updated in place
+  float* weights = nullptr;   // count fp32 values, updated in place (or written: weights_in)
   float* momentum = nullptr;  // count fp32 values; may be null when OptimizerConfig::momentum == 0
   const void* const* grads = nullptr;  // num_grads arrays of count values of `dtype`
   int num_grads = 0;                   // >= 1
@@ -88,6 +88,11 @@ struct SliceUpdate {
   std::size_t count = 0;
   float grad_scale = 1.f;   // 1/num_grads for mean, 1 for sum
   bool first_step = false;  // momentum buffer := g on this step (torch's first step)
+  // CPU only (the CUDA backend refuses it): null, or count fp32 values the update reads the
+  // weights from instead of `weights`, which it then only writes. The server updates into a
+  // second buffer so that a reply in flight from the first is never written (ps/server.h).
+  // Must not overlap `weights` unless equal to it.
+  const float* weights_in = nullptr;
 };
 
 enum class CpuIsa : std::uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };

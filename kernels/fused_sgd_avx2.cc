@@ -41,8 +41,9 @@ Params8 broadcast(const ElementParams& p) {
 }
 
 // update_element on 8 lanes.
-void update8(__m256 g, float* w_ptr, float* m_ptr, const ElementParams& p, const Params8& v) {
-  const __m256 w = _mm256_loadu_ps(w_ptr);
+void update8(__m256 g, const float* w_in, float* w_ptr, float* m_ptr, const ElementParams& p,
+             const Params8& v) {
+  const __m256 w = _mm256_loadu_ps(w_in);
   g = _mm256_mul_ps(g, v.grad_scale);
   if (p.has_clip) g = _mm256_mul_ps(g, v.clip_coef);
   if (p.has_weight_decay) g = _mm256_add_ps(g, _mm256_mul_ps(v.weight_decay, w));
@@ -79,7 +80,8 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params8&
   sum_vectors<T, U>(u, i, g);
   for (std::size_t k = 0; k < U; ++k) {
     const std::size_t at = i + k * kLanes;
-    update8(g[k], u.weights + at, p.has_momentum ? u.momentum + at : nullptr, p, v);
+    update8(g[k], weights_source(u) + at, u.weights + at,
+            p.has_momentum ? u.momentum + at : nullptr, p, v);
   }
 }
 

@@ -41,8 +41,9 @@ Params16 broadcast(const ElementParams& p) {
 }
 
 // update_element on 16 lanes.
-void update16(__m512 g, float* w_ptr, float* m_ptr, const ElementParams& p, const Params16& v) {
-  const __m512 w = _mm512_loadu_ps(w_ptr);
+void update16(__m512 g, const float* w_in, float* w_ptr, float* m_ptr, const ElementParams& p,
+              const Params16& v) {
+  const __m512 w = _mm512_loadu_ps(w_in);
   g = _mm512_mul_ps(g, v.grad_scale);
   if (p.has_clip) g = _mm512_mul_ps(g, v.clip_coef);
   if (p.has_weight_decay) g = _mm512_add_ps(g, _mm512_mul_ps(v.weight_decay, w));
@@ -80,7 +81,8 @@ void update_vectors(const SliceUpdate& u, const ElementParams& p, const Params16
   sum_vectors<T, U>(u, i, g);
   for (std::size_t k = 0; k < U; ++k) {
     const std::size_t at = i + k * kLanes;
-    update16(g[k], u.weights + at, p.has_momentum ? u.momentum + at : nullptr, p, v);
+    update16(g[k], weights_source(u) + at, u.weights + at,
+             p.has_momentum ? u.momentum + at : nullptr, p, v);
   }
 }
 

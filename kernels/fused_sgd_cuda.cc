@@ -25,6 +25,8 @@ void validate(const SliceUpdate& u, std::size_t index, const OptimizerConfig& cf
                                u.num_grads));
   }
   if (u.weights == nullptr) invalid(index, "weights is null");
+  if (u.weights_in != nullptr && u.weights_in != u.weights)
+    invalid(index, "weights_in is a CPU-only field: the CUDA update runs in place");
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
     invalid(index,
             fmt::format("momentum buffer is null but OptimizerConfig::momentum is {}; pass a "

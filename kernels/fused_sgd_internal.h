@@ -91,16 +91,24 @@ static inline float load_grad(const void* grads, std::size_t i) {
 
 // The spec's steps after the sum, for one element. The vector bodies perform the same IEEE
 // operations in the same order on each lane.
-static inline void update_element(float g, float* w, float* m, const ElementParams& p) {
+// The weights are read from `w_in` and written to `w` (the same address for an update in place).
+static inline void update_element(float g, const float* w_in, float* w, float* m,
+                                  const ElementParams& p) {
+  const float w0 = *w_in;
   g = g * p.grad_scale;
   if (p.has_clip) g = g * p.clip_coef;
-  if (p.has_weight_decay) g = g + p.weight_decay * *w;
+  if (p.has_weight_decay) g = g + p.weight_decay * w0;
   if (p.has_momentum) {
     const float buf = p.first_step ? g : p.momentum * *m + p.one_minus_dampening * g;
     *m = buf;
     g = p.nesterov ? g + p.momentum * buf : buf;
   }
-  *w = *w - p.lr * g;
+  *w = w0 - p.lr * g;
+}
+
+// Where an update reads the weights from (SliceUpdate::weights_in, else in place).
+static inline const float* weights_source(const SliceUpdate& u) {
+  return u.weights_in != nullptr ? u.weights_in : u.weights;
 }
 
 // Elements [begin, end) one at a time: the scalar backend's whole loop and every ISA's tail.
@@ -111,7 +119,8 @@ static inline void update_elements_scalar(const SliceUpdate& u, const ElementPar
     float g = load_grad<T>(u.grads[0], i);
     for (int j = 1; j < u.num_grads; ++j)
       g = g + load_grad<T>(u.grads[j], i);
-    update_element(g, u.weights + i, p.has_momentum ? u.momentum + i : nullptr, p);
+    update_element(g, weights_source(u) + i, u.weights + i,
+                   p.has_momentum ? u.momentum + i : nullptr, p);
   }
 }
 

@@ -41,18 +41,11 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cannot open the trace file '{}'", config_.trace_path));
   }
-  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads, [this](Update& u) {
-    try {
-      run_update(u);
-    } catch (...) {
-      // Past the update itself (which stops the job on failure): bookkeeping that could not
-      // allocate. The job cannot trust this slice any more.
-      const Status why = current_exception_status(
-          fmt::format("update of key {} slice {}", u.slice->key, u.slice->index));
-      PSRT_LOG_ERROR("{}", why.message());
-      stop_job(why);
-    }
-  });
+  if (!gpu_ && config_.threads > 1)
+    splitter_ = std::make_unique<WorkQueue<std::function<void()>>>(
+        config_.threads - 1, [](std::function<void()>& part) { part(); });
+  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads,
+                                              [this](Update& u) { run_update_or_stop(u); });
 }
 
 Server::~Server() {
@@ -62,6 +55,7 @@ Server::~Server() {
 
 void Server::stop() {
   if (pool_) pool_->stop();
+  if (splitter_) splitter_->stop();
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -447,7 +441,9 @@ void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
 
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   std::vector<PullWaiter> ready;
-  if (s.busy) return ready;  // the update writes the weights: no reply may read them now
+  // An update in place writes the weights: no reply may read them now. One into `spare` leaves
+  // them as they are.
+  if (s.busy && !s.into_spare) return ready;
   auto keep = s.waiters.begin();
   for (auto& w : s.waiters) {
     auto ws = s.workers.find(w.rank);
@@ -460,11 +456,17 @@ std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   }
   s.waiters.erase(keep, s.waiters.end());
   s.readers += static_cast<int>(ready.size());
+  for (auto& w : ready) {
+    w.source = pull_source(s);
+    w.version = s.version;
+  }
   return ready;
 }
 
 std::optional<Server::Update> Server::next_update_locked(Slice& s) {
-  if (s.busy || s.readers > 0 || s.workers.empty()) return std::nullopt;
+  if (s.busy || s.workers.empty()) return std::nullopt;
+  const std::optional<bool> into_spare = update_buffer_locked(s);
+  if (!into_spare) return std::nullopt;
   std::vector<WorkerClock> clocks;
   clocks.reserve(s.workers.size());
   for (const auto& [rank, w] : s.workers)
@@ -483,7 +485,9 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
     u.clocks.push_back(w.applied);
   }
   u.ranks = std::move(ranks);
+  u.into_spare = *into_spare;
   s.busy = true;
+  s.into_spare = *into_spare;
   return u;
 }
 
@@ -503,19 +507,19 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
     r.count = s.count;
     r.total = s.total;
     r.set_slice(s.index);
-    {
-      std::lock_guard lock(s.mu);
-      r.round = s.version;
-    }
-    ConstBuffer b = pull_source(s);
-    w.peer->send(r, {&b, 1}, [this, &s](const Status&) { release_reader(s); });
+    r.round = w.version;
+    ConstBuffer b = w.source;
+    w.peer->send(r, {&b, 1}, [this, &s, from = b.data](const Status&) { release_reader(s, from); });
   }
 }
 
-void Server::release_reader(Slice& s) {
+void Server::release_reader(Slice& s, const void* source) {
   {
     std::lock_guard lock(s.mu);
-    --s.readers;
+    if (source != nullptr && !s.spare.empty() && source == s.spare.data())
+      --s.spare_readers;
+    else
+      --s.readers;
   }
   after_change(s);
 }
@@ -533,6 +537,7 @@ void Server::after_change(Slice& s) {
 }
 
 void Server::submit(Update u) {
+  if (run_inline(u)) return;
   // Refused only once stop() began: the job is ending, and the slice stays busy.
   (void)pool_->push(std::move(u));
 }
@@ -549,7 +554,8 @@ void Server::run_update(Update& u) {
   {
     std::lock_guard lock(s.mu);
     assert(s.busy && "an update runs only on a slice next_update_locked() marked busy");
-    assert(s.readers == 0 && "an update never runs while a pull reply reads the weights");
+    assert((u.into_spare ? s.spare_readers : s.readers) == 0 &&
+           "an update never writes a buffer a pull reply reads");
     version = s.version + 1;
   }
   const bool cadence = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
@@ -577,10 +583,12 @@ void Server::run_update(Update& u) {
       std::vector<const void*> grads;
       for (const auto& g : u.grads)
         grads.push_back(std::get<HostGrad>(g.where).data.get());
-      const kernels::SliceUpdate k =
-          slice_update(s, u, grads, s.weights.data(),
-                       s.momentum.empty() ? nullptr : s.momentum.data(), first_step);
-      result = kernels::apply_update(k, cfg, MemoryType::kHost);
+      const float* source = nullptr;
+      float* target = update_target(s, u, &source);
+      kernels::SliceUpdate k = slice_update(
+          s, u, grads, target, s.momentum.empty() ? nullptr : s.momentum.data(), first_step);
+      k.weights_in = source;
+      result = apply_host_update(k, cfg);
       // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
       // the next applied round is torch's first step again (buffer := gradient).
       if (result.skipped && first_step) s.momentum.clear();
@@ -599,8 +607,10 @@ void Server::run_update(Update& u) {
         s.key, s.index, version, result.grad_norm);
   if (checkpoint_due && bad.empty()) {
     try {
+      // An update into `spare` has not swapped yet: the new weights are there.
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
-                             s.total, version, s.weights, s.momentum);
+                             s.total, version,
+                             u.into_spare && !result.skipped ? s.spare : s.weights, s.momentum);
       if (cadence && version > 2 * config_.checkpoint_every)
         remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every,
                                 s.key, s.index);
@@ -615,6 +625,7 @@ void Server::run_update(Update& u) {
     stop_job(Status(ErrorCode::kInternal, "an update could not be applied: " + bad));
   {
     std::lock_guard lock(s.mu);
+    publish_weights_locked(s, u, bad.empty() && !result.skipped);
     s.version = version;
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
@@ -667,6 +678,8 @@ void Server::trace(const Update& u, std::uint64_t version, const kernels::StepRe
     if (step->clipped) guard += fmt::format(",\"clip_coef\":{}", step->clip_coef);
     if (step->skipped) guard += ",\"skipped\":true";
   }
+  // The update wrote the spare buffer: replies of the previous version were still sending.
+  if (u.into_spare) guard += ",\"into_spare\":true";
   std::lock_guard lock(trace_mu_);
   std::fprintf(trace_,
                "{\"key\":%llu,\"slice\":%u,\"version\":%llu,\"ranks\":[%s],\"clocks\":[%s],"

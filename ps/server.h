@@ -5,7 +5,10 @@
 // "the round it pushed").
 //
 // Payloads land in place: a PUSH lands in a gradient buffer of the slice's free list; a PULL
-// reply is sent from the weights themselves, and an update waits until such sends finished.
+// reply is sent from the weights themselves. On a cpu server a slice has a second weights buffer
+// (`spare`): an update that finds replies still sending from `weights` reads them and writes
+// the new version into `spare`, and the two swap when it is done, so an update waits only when
+// replies send from both buffers (ps/server_pipeline.cc; docs/ARCHITECTURE.md, "The pipeline").
 //
 // Threads (docs/ARCHITECTURE.md, "Threads"): the transport's progress thread runs the Handler
 // entry points (place, on_message, on_peer_closed) and pull replies' completions; the compute
@@ -15,15 +18,18 @@
 // Lock order: sgd_mu_ -> slices_mu_ -> {members_mu_, Slice::mu} -> the transport's own locks
 // (a send). members_mu_ and a Slice::mu are never held together; inflight_mu_ and trace_mu_ are
 // leaves (nothing is locked under them); no server lock is held while an update is handed to the
-// pool or a job to the GPU reply thread. ThreadSanitizer (make test-sanitize, label tsan) checks
-// the order on every run of tests/unit/server_scheduler_test.cc (it reports an inversion).
+// pool or runs inline (run_inline), or a job goes to the GPU reply thread. ThreadSanitizer (make
+// test-sanitize, label tsan) checks the order on every run of tests/unit/server_scheduler_test.cc
+// (it reports an inversion).
 //
-// The one access without a lock: an update writes a slice's weights and momentum without
-// Slice::mu. It may because next_update_locked() marks the slice busy only when no pull reply
-// reads the weights (readers == 0), and ready_waiters_locked() starts no reply while it is busy;
-// run_update() asserts both on entry.
+// The one access without a lock: an update writes a slice's weights (or its spare buffer) and
+// momentum without Slice::mu. It may because next_update_locked() marks the slice busy only when
+// no pull reply reads the buffer it will write (readers == 0 for `weights`, spare_readers == 0
+// for `spare`), and ready_waiters_locked() starts replies only from `weights`, and none while an
+// update writes `weights` in place; run_update() asserts this on entry.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -143,6 +149,11 @@ class Server final : public Handler {
     void* out = nullptr;   // CUDA IPC: the worker's output, written here instead of sent
     void* out_event = nullptr;
     std::shared_ptr<void> out_hold{};
+    // Set by ready_waiters_locked() when the reply may start: the weights it is sent from and
+    // their version, taken together under the slice's lock (an update may swap the buffers
+    // before the reply is sent).
+    ConstBuffer source{};
+    std::uint64_t version = 0;
   };
   struct Slice {
     std::mutex mu;
@@ -167,10 +178,18 @@ class Server final : public Handler {
     WireType arriving_dtype = WireType::kF32;
     bool busy = false;  // an update of this slice is queued or running
     int readers = 0;    // pull replies sending from the weights
+    // cpu server: the second weights buffer (empty until an update first needs it) and the
+    // replies still sending from it (they started from `weights` before a swap). The running
+    // update writes `spare` instead of `weights` when into_spare is set. `spare`'s elements are
+    // not guarded by mu, as `weights`' are not; the vector object and the counts are.
+    std::vector<float> spare;
+    int spare_readers = 0;
+    bool into_spare = false;
     std::vector<PullWaiter> waiters;
   };
   struct Update {  // owned by the thread holding it (taken under the slice's mu)
     Slice* slice;
+    bool into_spare = false;  // writes the new weights into slice->spare (then swaps)
     std::vector<std::uint32_t> ranks;
     std::vector<GradBuf> grads;
     std::uint64_t slowest;  // min clock over live workers before it, for the trace
@@ -227,8 +246,30 @@ class Server final : public Handler {
   // copy waits for the worker's event: never on a progress thread).
   void reply_ipc_pull(Slice& s, PullWaiter w);
   ConstBuffer pull_source(const Slice& s) const;
-  void after_change(Slice& s);    // locks s: serves pulls and starts what may start
-  void release_reader(Slice& s);  // a pull reply no longer reads the weights
+  void after_change(Slice& s);  // locks s: serves pulls and starts what may start
+  // A pull reply no longer reads `source` (one of the slice's weight buffers; null: `weights`).
+  void release_reader(Slice& s, const void* source = nullptr);
+  // The pipeline's parts (ps/server_pipeline.cc).
+  // Under s.mu: whether an update may start now, and if so whether it must write `spare`
+  // (replies still send from `weights`); nullopt while replies send from every buffer it could
+  // write.
+  std::optional<bool> update_buffer_locked(const Slice& s) const;
+  // Where run_update writes the new weights (and, when out of place, reads the old ones).
+  // Runs on the updating thread, which alone writes `spare` while the slice is busy; locks s.mu
+  // to size it.
+  float* update_target(Slice& s, const Update& u, const float** source);
+  // Under s.mu: makes an out-of-place update's weights the slice's (`written`: the kernel wrote
+  // them; a skipped step wrote nothing and the old weights stay).
+  static void publish_weights_locked(Slice& s, const Update& u, bool written);
+  // Runs `u` on the calling thread instead of the compute pool when that is cheaper (a small
+  // cpu slice, whose update costs less than a hand-over between threads); false: not run.
+  bool run_inline(Update& u);
+  // run_update, and a stopped job if its bookkeeping fails (the compute pool's item).
+  void run_update_or_stop(Update& u);
+  // The cpu update of one slice: split into parts run at once by this thread and the splitter's
+  // when the slice is large, the server has --server-threads to spare (fewer updates running
+  // than threads) and no pre-pass needs the whole slice; else on this thread alone.
+  kernels::StepResult apply_host_update(const kernels::SliceUpdate& k, const OptimizerConfig& cfg);
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
@@ -256,6 +297,10 @@ class Server final : public Handler {
   std::mutex trace_mu_;
   std::FILE* trace_ = nullptr;  // the pointer is constant after construction; writes: trace_mu_
 
+  // Parts of a large slice's update (apply_host_update): threads - 1 threads, with --server-threads
+  // > 1 on a cpu server, else null. Its items take no lock. Before pool_: outlives its users.
+  std::unique_ptr<WorkQueue<std::function<void()>>> splitter_;
+  std::atomic<int> updates_running_{0};      // run_update calls in progress
   std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };
 

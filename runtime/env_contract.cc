@@ -68,7 +68,7 @@ const std::vector<EnvVar>& env_contract() {
        "0 = never share GPU buffers with CUDA servers on this host (stage through host memory)"},
       {"PSRT_SERVER_TRACE", "", "server",
        "file: one JSON line per applied update (+ grad_norm, clip_coef, skipped when the guard "
-       "or clipping is on)"},
+       "or clipping is on; into_spare when it did not wait for replies still sending)"},
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
       {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},

@@ -162,6 +162,31 @@ TEST_P(FusedSgdIsa, BitIdenticalToScalar) {
   }
 }
 
+// An update out of place (SliceUpdate::weights_in: the server's second weights buffer) writes
+// exactly what the update in place writes, on every ISA, and never writes the buffer it reads.
+TEST_P(FusedSgdIsa, OutOfPlaceEqualsInPlaceAndLeavesItsSourceAlone) {
+  const auto [isa, dtype] = GetParam();
+  for (CpuIsa run_isa : {CpuIsa::kScalar, isa}) {
+    if (!cpu_has_isa(run_isa)) GTEST_SKIP() << "this CPU lacks " << to_string(run_isa);
+    const OptimizerConfig cfg = make_config(Momentum::kNesterov, true, 0.1f);
+    for (std::size_t count : {1, 17, 65, 4099}) {
+      SCOPED_TRACE(std::string(to_string(run_isa)) + " count " + std::to_string(count));
+      std::mt19937_64 rng(count);
+      std::vector<float> w_in_place = random_weights(count, rng), m_in_place(count);
+      const std::vector<float> source = w_in_place;
+      std::vector<float> w_source = source, w_out(count, -7.f), m_out(count);
+      const GradSet g = make_grads(dtype, 3, count, GradRange::kWide, rng);
+      fused_sgd_cpu(make_update(w_in_place, m_in_place, g, 1.f / 3, true), cfg, run_isa);
+      SliceUpdate out_of_place = make_update(w_out, m_out, g, 1.f / 3, true);
+      out_of_place.weights_in = w_source.data();
+      fused_sgd_cpu(out_of_place, cfg, run_isa);
+      EXPECT_EQ(first_bit_difference(w_out, w_in_place), -1) << "weights";
+      EXPECT_EQ(first_bit_difference(m_out, m_in_place), -1) << "momentum";
+      EXPECT_EQ(first_bit_difference(w_source, source), -1) << "the source was written";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(VectorIsas, FusedSgdIsa,
                          ::testing::Combine(::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                                             ::testing::Values(DType::kF32, DType::kF16,

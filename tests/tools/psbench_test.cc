@@ -25,8 +25,8 @@ struct Result {
   std::string out;
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(PSBENCH_PATH) + " " + args + " 2>&1";
+Result run_cmd(const std::string& cmd_line) {
+  std::string cmd = cmd_line + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   Result r;
   std::array<char, 4096> buf;
@@ -36,10 +36,16 @@ Result run(const std::string& args) {
   return r;
 }
 
+Result run(const std::string& args) {
+  return run_cmd(std::string(PSBENCH_PATH) + " " + args);
+}
+
 std::vector<nlohmann::json> json_lines(const std::string& out) {
   std::vector<nlohmann::json> v;
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);) {
+    // psrun prefixes a worker's lines with "[worker R] ".
+    if (line.starts_with("[worker ")) line.erase(0, line.find("] ") + 2);
     if (!line.empty() && line[0] == '{') v.push_back(nlohmann::json::parse(line));
   }
   return v;
@@ -102,6 +108,32 @@ TEST_P(PsbenchTransport, BandwidthCountsPayloadBytes) {
   double mbps = j["bandwidth_MBps"].get<double>();
   double rate = j["msg_per_sec"].get<double>();
   EXPECT_NEAR(mbps, rate * 1.0, mbps * 1e-6) << "1 MiB messages: MB/s equals messages/s";
+}
+
+// `pushpull --keys K`: K tensors per size, every one pushed and pulled each round; the line says
+// how many and counts every byte of every key, of every worker (2 workers, 2 servers here).
+TEST_P(PsbenchTransport, PushPullKeysCountsEveryByteOfEveryKey) {
+  auto r = run_cmd("timeout 120 " + std::string(PSRUN_PATH) + " -n 2 -s 2 --transport " +
+                   GetParam() + " -- " + PSBENCH_PATH +
+                   " pushpull --keys 7 --size 4096,1048576 --iters 6 --warmup 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const std::size_t sizes[] = {4096, 1048576};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["bench"], "pushpull");
+    EXPECT_EQ(j["transport"], GetParam());
+    EXPECT_EQ(j["workers"], 2);
+    EXPECT_EQ(j["servers"], 2);
+    EXPECT_EQ(j["size"], sizes[i]);
+    EXPECT_EQ(j["keys"], 7);
+    EXPECT_EQ(j["iters"], 6);
+    // Pushed and pulled: 2 directions x 7 keys x 6 rounds x 2 workers.
+    EXPECT_EQ(j["bytes"].get<double>(), 2.0 * sizes[i] * 7 * 6 * 2) << j.dump();
+    EXPECT_GT(j["goodput_MBps"].get<double>(), 0.0);
+    EXPECT_GE(j["round_us_p99"].get<double>(), j["round_us_p50"].get<double>());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PsbenchTransport,
@@ -253,6 +285,9 @@ TEST(Psbench, RefusesBadFlagsWithAMessage) {
   r = run("transport --mode sideways");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--mode"), std::string::npos) << r.out;
+  r = run("pushpull --keys 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--keys"), std::string::npos) << r.out;
   r = run("transport --connect not-an-address --iters 10");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("HOST:PORT"), std::string::npos) << r.out;

@@ -4,6 +4,7 @@
 // lost worker stops the job naming it, and bad messages are refused with the state unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
@@ -90,7 +91,18 @@ struct TestServer {
 class WorkerHandler : public Handler {
  public:
   transport::Placement place(Peer&, const Header& h, std::size_t size) override {
-    if (h.type == MsgType::kPullReply) return {requests.dest(h.request_id, size), 0};
+    if (h.type == MsgType::kPullReply) {
+      // A held reply's payload is not read (bounded: 30 s), so the server's send of it stays
+      // in flight, as to a worker that reads slowly.
+      std::unique_lock lock(mu_);
+      if (hold_) {
+        ++held_;
+        held_cv_.notify_all();
+        held_cv_.wait_for(lock, 30s, [&] { return !hold_; });
+      }
+      lock.unlock();
+      return {requests.dest(h.request_id, size), 0};
+    }
     auto buf = std::make_unique<std::vector<std::byte>>(size);
     std::lock_guard lock(mu_);
     const std::uint64_t cookie = next_++;
@@ -105,9 +117,26 @@ class WorkerHandler : public Handler {
     buffers_.erase(p.cookie);
   }
   void on_peer_closed(Peer& peer, const Status& why) override { requests.fail_peer(peer, why); }
+  void hold_replies() {
+    std::lock_guard lock(mu_);
+    hold_ = true;
+  }
+  // True once a held reply's header arrived (within `timeout`).
+  bool wait_held(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return held_cv_.wait_for(lock, timeout, [&] { return held_ > 0; });
+  }
+  void release_replies() {
+    std::lock_guard lock(mu_);
+    hold_ = false;
+    held_cv_.notify_all();
+  }
   Requests requests;
 
  private:
+  std::condition_variable held_cv_;
+  bool hold_ = false;  // guarded by mu_
+  int held_ = 0;       // guarded by mu_
   std::mutex mu_;
   std::uint64_t next_ = 1;
   std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> buffers_;
@@ -216,7 +245,8 @@ struct TestWorker {
 // A scheduler, one server and `workers` workers, rendezvous done and the key initialised.
 class ServerSchedulerTest : public ::testing::Test {
  protected:
-  void start(int workers, Mode mode = Mode::kSync, std::uint64_t staleness = 0) {
+  void start(int workers, Mode mode = Mode::kSync, std::uint64_t staleness = 0, bool average = true,
+             int threads = 1) {
     SchedulerConfig sc;
     sc.secret = kSecret;
     sc.num_servers = 1;
@@ -226,6 +256,8 @@ class ServerSchedulerTest : public ::testing::Test {
     config.mode = mode;
     config.staleness = staleness;
     config.sgd.lr = 0.5f;
+    config.average = average;
+    config.threads = threads;
     server = std::make_unique<TestServer>(config);
     server->start(scheduler->address());
     for (int i = 0; i < workers; ++i) {
@@ -304,6 +336,162 @@ TEST_F(ServerSchedulerTest, SspKeepsAFastWorkerWithinTheStalenessBound) {
   EXPECT_EQ(reply.round, 4u);
   EXPECT_EQ(out, (std::vector<float>{-2, -1, 0, 1}));
 }
+
+// Initialises `key` as `count` copies of `value` through worker w.
+void init_key(TestWorker& w, std::uint64_t key, std::size_t count, float value) {
+  Header h = TestWorker::slice_header(MsgType::kInit, count);
+  h.key = key;
+  const std::vector<float> data(count, value);
+  auto f = w.start(h, data);
+  auto [status, reply] = TestWorker::wait(f);
+  ASSERT_TRUE(status.ok()) << status.message();
+}
+
+// The pipeline (ps/server_pipeline.cc): an update does not wait for a reply still sending the
+// previous version to another worker, and never writes the buffer that reply is sent from.
+TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
+  start(2, Mode::kAsync);
+  // 32 MiB: more than both sockets' buffers (4 MiB each, doubled by the kernel), so most of
+  // the reply is still in the server's weights while worker 0 does not read.
+  constexpr std::uint64_t kBig = 50;
+  constexpr std::size_t kCount = std::size_t{8} << 20;
+  init_key(*worker[0], kBig, kCount, 1.f);
+  worker[0]->handler.hold_replies();
+  struct Release {  // also when an assertion below ends the test early
+    WorkerHandler& h;
+    ~Release() { h.release_replies(); }
+  } release{worker[0]->handler};
+  Header pull = TestWorker::slice_header(MsgType::kPull, kCount);
+  pull.key = kBig;
+  std::vector<float> held(kCount, -99.f);
+  auto held_reply = worker[0]->start(pull, {}, &held);
+  ASSERT_TRUE(worker[0]->handler.wait_held(10s)) << "the reply to worker 0 never started";
+  // Worker 1's gradient is applied and its pull answered while worker 0's reply is in flight.
+  Header push = TestWorker::slice_header(MsgType::kPushPull, kCount);
+  push.key = kBig;
+  const std::vector<float> grad(kCount, 1.f);
+  std::vector<float> out(kCount, -99.f);
+  auto applied = worker[1]->start(push, grad, &out);
+  // 20 s: ample for 32 MiB under ThreadSanitizer, and less than the 30 s worker 0 is held.
+  ASSERT_EQ(applied.wait_for(20s), std::future_status::ready)
+      << "the update waited for the reply sending the weights to worker 0";
+  auto [status, reply] = applied.get();
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(reply.round, 1u);
+  EXPECT_EQ(std::count(out.begin(), out.end(), 0.5f), static_cast<long>(kCount));  // 1 - 0.5 * 1
+  // A second update: the replies to worker 0 (version 0) and worker 1 (version 1) are done or
+  // still sending from the other buffer; it must not write version 0's.
+  auto again = worker[1]->start(push, grad, &out);
+  ASSERT_EQ(again.wait_for(20s), std::future_status::ready);
+  EXPECT_EQ(again.get().second.round, 2u);
+  EXPECT_EQ(std::count(out.begin(), out.end(), 0.f), static_cast<long>(kCount));
+  // Worker 0 gets version 0 whole: no element of a later version.
+  worker[0]->handler.release_replies();
+  auto [held_status, held_header] = TestWorker::wait(held_reply);
+  ASSERT_TRUE(held_status.ok()) << held_status.message();
+  EXPECT_EQ(held_header.round, 0u);
+  EXPECT_EQ(std::count(held.begin(), held.end(), 1.f), static_cast<long>(kCount))
+      << "the reply in flight was written by an update: element "
+      << (std::find_if(held.begin(), held.end(), [](float v) { return v != 1.f; }) - held.begin());
+}
+
+// With --server-threads to spare, a large slice's update is split between threads: every element,
+// at the parts' edges too, gets exactly its own gradients (1M + 5 elements, 3 threads: parts of
+// 349504, 349504 and 349509 elements on 64-element boundaries).
+TEST_F(ServerSchedulerTest, ALargeSliceSplitBetweenThreadsIsUpdatedExactly) {
+  start(2, Mode::kSync, 0, true, 3);
+  constexpr std::uint64_t kLarge = 60;
+  constexpr std::size_t kCount = (std::size_t{1} << 20) + 5;
+  Header init = TestWorker::slice_header(MsgType::kInit, kCount);
+  init.key = kLarge;
+  std::vector<float> w0(kCount), g0(kCount), g1(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    w0[i] = static_cast<float>(i % 13);
+    g0[i] = static_cast<float>(i % 7);
+    g1[i] = static_cast<float>(i % 7 + 2);
+  }
+  auto f = worker[0]->start(init, w0);
+  ASSERT_TRUE(TestWorker::wait(f).first.ok());
+  Header h = TestWorker::slice_header(MsgType::kPushPull, kCount);
+  h.key = kLarge;
+  std::vector<float> out0(kCount, -99.f), out1(kCount, -99.f);
+  auto a = worker[0]->start(h, g0, &out0);
+  auto b = worker[1]->start(h, g1, &out1);
+  ASSERT_TRUE(TestWorker::wait(a).first.ok());
+  ASSERT_TRUE(TestWorker::wait(b).first.ok());
+  // w - 0.5 * mean(g) = i % 13 - 0.5 * (i % 7 + 1): exact in float.
+  std::size_t wrong = 0, first = kCount;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const float want = static_cast<float>(i % 13) - 0.5f * static_cast<float>(i % 7 + 1);
+    if (out0[i] != want || out1[i] != want) {
+      if (first == kCount) first = i;
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "first wrong element " << first;
+}
+
+// 40 keys in flight per worker and round, as a model's gradients: the sums stay exact in every
+// mode, on slices updated inline (64 KiB) and on the compute pool (256 KiB), and no reply mixes
+// two versions.
+class ServerPipelineModes : public ServerSchedulerTest,
+                            public ::testing::WithParamInterface<Mode> {};
+
+TEST_P(ServerPipelineModes, FortyKeysInFlightSumExactly) {
+  // The sum of the gradients (not their mean): the result is the same however async and SSP
+  // group them, w - 0.5 * (1 + 3) per round.
+  start(2, GetParam(), 1, /*average=*/false);
+  constexpr int kKeys = 40, kRounds = 3;
+  auto count_of = [](int j) { return j % 2 ? std::size_t{16384} : std::size_t{65536 + 3}; };
+  for (int j = 0; j < kKeys; ++j)
+    init_key(*worker[0], 100 + j, count_of(j), 100.f + static_cast<float>(j));
+  auto run = [&](int w) {
+    const float g = w == 0 ? 1.f : 3.f;
+    std::vector<std::vector<float>> grads, outs;
+    for (int j = 0; j < kKeys; ++j) {
+      grads.emplace_back(count_of(j), g);
+      outs.emplace_back(count_of(j), -99.f);
+    }
+    for (int r = 1; r <= kRounds; ++r) {
+      std::vector<std::future<Answer>> ops;
+      for (int j = 0; j < kKeys; ++j) {
+        Header h = TestWorker::slice_header(MsgType::kPushPull, count_of(j));
+        h.key = 100 + j;
+        ops.push_back(worker[w]->start(h, grads[j], &outs[j]));
+      }
+      for (int j = 0; j < kKeys; ++j) {
+        auto [status, reply] = TestWorker::wait(ops[j]);
+        ASSERT_TRUE(status.ok()) << status.message();
+        const auto& o = outs[j];
+        // One version, whole: every element moved by the same multiple of 0.5.
+        ASSERT_EQ(std::count(o.begin(), o.end(), o[0]), static_cast<long>(o.size()))
+            << "worker " << w << " key " << j << " round " << r;
+        if (GetParam() == Mode::kSync) {
+          EXPECT_EQ(reply.round, static_cast<std::uint64_t>(r));
+          EXPECT_EQ(o[0], 100.f + static_cast<float>(j) - 2.f * static_cast<float>(r));
+        }
+      }
+    }
+  };
+  auto other = std::async(std::launch::async, run, 1);
+  run(0);
+  other.get();
+  for (int j = 0; j < kKeys; ++j) {
+    Header h = TestWorker::slice_header(MsgType::kPull, count_of(j));
+    h.key = 100 + j;
+    std::vector<float> out(count_of(j), -99.f);
+    auto f = worker[1]->start(h, {}, &out);
+    auto [status, reply] = TestWorker::wait(f);
+    ASSERT_TRUE(status.ok()) << status.message();
+    const float want = 100.f + static_cast<float>(j) - 2.f * kRounds;
+    EXPECT_EQ(std::count(out.begin(), out.end(), want), static_cast<long>(out.size()))
+        << "key " << j << ": " << out[0] << " instead of " << want;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ServerPipelineModes,
+                         ::testing::Values(Mode::kSync, Mode::kAsync, Mode::kSsp),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST_F(ServerSchedulerTest, AWorkerThatLeavesNoLongerHoldsTheRounds) {
   start(2);

@@ -6,6 +6,7 @@
 #include "kernel_bench.h"
 #include "psrt/error.h"
 #include "pushpull_bench.h"
+#include "suite_bench.h"
 #include "transport/factory.h"
 #include "transport_bench.h"
 
@@ -51,6 +52,10 @@ CLI::App* add_pushpull_command(CLI::App& app, psrt::bench::PushPullConfig& pc) {
   pp->add_option("--size", pc.sizes, "tensor sizes in bytes, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31));
+  pp->add_option("--keys", pc.keys,
+                 "tensors of --size per round, all in flight before the first wait (1: latency)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   pp->add_option("--iters", pc.iters, "measured rounds per size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -124,6 +129,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   auto* pp = add_pushpull_command(app, pc);
   psrt::bench::KernelBenchConfig kc;
   auto* kb = add_kernel_command(app, kc);
+  psrt::bench::SuiteConfig sc;
+  auto* su = psrt::bench::add_suite_command(app, sc);
   auto* list = app.add_subcommand("backends", "print the transport backends of this build");
   PeerConfig peer_config;
   auto* peer = add_peer_command(app, peer_config);
@@ -138,6 +145,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     if (*tr) return psrt::bench::run_transport_bench(tc);
     if (*pp) return psrt::bench::run_pushpull_bench(pc);
     if (*kb) return psrt::bench::run_kernel_bench(kc);
+    if (*su) return psrt::bench::run_suite(sc);
     if (*peer)
       return psrt::bench::run_transport_peer(peer_config.transport, peer_config.listen,
                                              peer_config.max_size, peer_config.secure);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,18 +20,32 @@ int run_pushpull_bench(const PushPullConfig& config) {
     const std::size_t size = config.sizes[k];
     const std::size_t n = std::max<std::size_t>(1, size / sizeof(float));
     // Zero gradients keep the weights finite however many rounds run; the work is the same.
-    std::vector<float> grad(n, 0.f), out(n, 0.f);
-    w.init(k, out);
+    // One gradient and one output buffer per key: the operations of a round are all in flight
+    // at once, so none may share an output.
+    const auto keys = static_cast<std::size_t>(config.keys);
+    std::vector<std::vector<float>> grads(keys, std::vector<float>(n, 0.f));
+    std::vector<std::vector<float>> outs(keys, std::vector<float>(n, 0.f));
+    const std::uint64_t first_key = k * keys;
+    for (std::size_t j = 0; j < keys; ++j)
+      w.init(first_key + j, outs[j]);
+    std::vector<Handle> handles(keys);
+    // Every push_pull of the round is issued before the first wait.
+    auto round = [&] {
+      for (std::size_t j = 0; j < keys; ++j)
+        handles[j] = w.push_pull(first_key + j, grads[j], outs[j]);
+      for (auto& h : handles)
+        h.wait();
+    };
     w.barrier();
     for (int i = 0; i < config.warmup; ++i)
-      w.push_pull(k, grad, out).wait();
+      round();
     w.barrier();
     std::vector<double> rounds_us;
     rounds_us.reserve(config.iters);
     const auto start = clock::now();
     for (int i = 0; i < config.iters; ++i) {
       const auto t = clock::now();
-      w.push_pull(k, grad, out).wait();
+      round();
       rounds_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t).count());
     }
     w.barrier();
@@ -42,14 +57,17 @@ int run_pushpull_bench(const PushPullConfig& config) {
           rounds_us.size() - 1,
           static_cast<std::size_t>(p * static_cast<double>(rounds_us.size())))];
     };
-    // Goodput: gradient bytes pushed plus weight bytes pulled, by every worker, per second.
-    const double bytes =
-        2.0 * static_cast<double>(n * sizeof(float)) * config.iters * w.num_workers();
+    // Goodput: gradient bytes pushed plus weight bytes pulled, of every key, by every worker,
+    // per second.
+    const double bytes = 2.0 * static_cast<double>(n * sizeof(float)) * static_cast<double>(keys) *
+                         config.iters * w.num_workers();
     nlohmann::json j = {{"bench", "pushpull"},
                         {"transport", runtime::env_string("PSRT_TRANSPORT")},
                         {"workers", w.num_workers()},
                         {"servers", servers},
                         {"size", n * sizeof(float)},
+                        {"keys", keys},
+                        {"bytes", bytes},
                         {"iters", config.iters},
                         {"goodput_MBps", bytes / wall / (1 << 20)},
                         {"round_us_p50", pct(0.5)},
