@@ -63,6 +63,19 @@ int cuda_device_count(std::string* why) {
 #endif
 }
 
+int cuda_driver_version() noexcept {
+#if PSRT_HAVE_CUDA
+  int version = 0;
+  if (cudaDriverGetVersion(&version) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return version;
+#else
+  return 0;
+#endif
+}
+
 void require_cuda_device(int index) {
   std::string why;
   const int count = cuda_device_count(&why);

@@ -31,6 +31,10 @@ std::string to_string(const DeviceSpec& d);
 // given) says why: no CUDA in this build, no driver, no device. Thread-safe.
 int cuda_device_count(std::string* why = nullptr);
 
+// The CUDA driver's version as cudaDriverGetVersion reports it (12040 = 12.4); 0 when there is
+// no driver or the build has no CUDA. Thread-safe.
+int cuda_driver_version() noexcept;
+
 // Throws psrt::Error(kUnsupported) naming the cause and what to do when CUDA device `index`
 // cannot be used (no CUDA build, no driver, index out of range). Thread-safe.
 void require_cuda_device(int index);

@@ -64,6 +64,15 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
       {"PSRT_SERVER_DEVICE", "cpu", "server",
        "cpu | cuda | cuda:N: where slices live and updates run"},
+      {"PSRT_BIND", "", "psrun",
+       "none | numa | core: how psrun binds a job's processes (psrun --bind); unset = "
+       "core when the host has a core per process, else numa"},
+      {"PSRT_GPU", "", "worker",
+       "set by psrun for a local job on a host with GPUs: this worker's CUDA device (cuda:N in "
+       "its CUDA_VISIBLE_DEVICES numbering), by its rank"},
+      {"PSRT_PLACE", "", "server, worker",
+       "set by psrun --launcher ssh: ROLE,LOCAL,WORKERS,SERVERS of the process on its host; the "
+       "remote side binds it there by that host's topology (psrun --bind)"},
       {"PSRT_CUDA_IPC", "1", "worker",
        "0 = never share GPU buffers with CUDA servers on this host (stage through host memory)"},
       {"PSRT_SERVER_TRACE", "", "server",

@@ -9,6 +9,7 @@ packages=(
   openmpi-bin slurm-wlm munge python3-yaml  # psrun --launcher mpi|slurm, deploy/ tests
   libgtest-dev libgmock-dev
   libucx-dev ucx-utils
+  libibverbs-dev libhwloc-dev  # psrun --preflight (RDMA ports), placement (hwloc)
   libssl-dev
   clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   libtorch-dev zlib1g-dev dataset-fashion-mnist

@@ -1,12 +1,15 @@
 #include "runtime/launch/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +22,13 @@ struct ExecFailure {
   int step;
   int error;
 };
-enum SetupStep : int { kStepSetpgid = 1, kStepDup = 2, kStepExec = 3, kStepDeathSignal = 4 };
+enum SetupStep : int {
+  kStepSetpgid = 1,
+  kStepDup = 2,
+  kStepExec = 3,
+  kStepDeathSignal = 4,
+  kStepAffinity = 5
+};
 
 // Every descriptor the child receives must be >= 3, so that putting one on 0, 1 or 2 with dup2()
 // can never overwrite another that has not been moved yet (psrun may run with 0-2 closed).
@@ -79,7 +88,8 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int null_fd, int out_fd,
                              int err_fd, int error_pipe, const sigset_t& child_mask,
-                             std::span<const int> reset_to_default, pid_t launcher) {
+                             std::span<const int> reset_to_default, pid_t launcher,
+                             const cpu_set_t* cpus, std::size_t cpus_size) {
   // The child dies with psrun, even when psrun is SIGKILLed and cannot stop it. The signal
   // follows the thread that forked (the launcher's, which lives as long as the job). If psrun
   // died between fork and here, the child was already re-parented: no signal would come.
@@ -91,6 +101,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
     ::sigaction(sig, &dfl, nullptr);
   }
   if (::setpgid(0, 0) != 0) child_fail(error_pipe, kStepSetpgid);
+  if (cpus && ::sched_setaffinity(0, cpus_size, cpus) != 0) child_fail(error_pipe, kStepAffinity);
   if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out_fd, STDOUT_FILENO) < 0 ||
       ::dup2(err_fd, STDERR_FILENO) < 0) {
     child_fail(error_pipe, kStepDup);
@@ -103,13 +114,33 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   child_fail(error_pipe, kStepExec);
 }
 
+// The CPUs a process is bound to (ProcessSpec::cpus), as sched_setaffinity takes them.
+struct CpuSet {
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set{nullptr, [](cpu_set_t* p) { CPU_FREE(p); }};
+  std::size_t size = 0;
+  // false when the set cannot be allocated; an empty `cpus` leaves it null (not bound).
+  bool assign(const std::vector<int>& cpus) {
+    if (cpus.empty()) return true;
+    const int count = *std::max_element(cpus.begin(), cpus.end()) + 1;
+    set.reset(CPU_ALLOC(count));
+    if (!set) return false;
+    size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(size, set.get());
+    for (const int c : cpus)
+      if (c >= 0) CPU_SET_S(static_cast<std::size_t>(c), size, set.get());
+    return true;
+  }
+  const cpu_set_t* get() const { return set.get(); }
+};
+
 std::string quoted(const std::string& s) {
   return "'" + s + "'";
 }
 
 // Waits for the child's exec: the status pipe closes (exec succeeded) or brings the failed
 // step. On a failure, reaps the child and returns the message naming the step and the cause.
-std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::string& command) {
+std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::string& command,
+                                        const std::vector<int>& cpus) {
   ExecFailure failure{};
   ssize_t n;
   do {
@@ -127,6 +158,15 @@ std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::str
     case kStepDeathSignal:
       return "cannot start " + quoted(command) +
              ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
+    case kStepAffinity: {
+      std::string list;
+      for (const int c : cpus)
+        list += (list.empty() ? "" : ",") + std::to_string(c);
+      return "cannot start " + quoted(command) + ": binding it to CPUs " + list +
+             " failed: sched_setaffinity: " + std::strerror(error) +
+             " (CPUs this host lacks or psrun may not use; psrun --bind none leaves processes "
+             "unbound)";
+    }
     case kStepSetpgid:
       return "cannot start " + quoted(command) + ": setpgid: " + std::strerror(error);
     default:
@@ -150,7 +190,8 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   std::vector<std::string> env = build_environment(spec);
   const std::vector<char*> argv = c_strings(args);
   const std::vector<char*> envp = c_strings(env);
-
+  CpuSet cpus;
+  if (!cpus.assign(spec.cpus)) return system_error("CPU_ALLOC");
   UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_fd.valid() || !move_above_stdio(null_fd)) return system_error("open /dev/null");
   UniqueFd in_read, in_write;
@@ -173,7 +214,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   const pid_t pid = ::fork();
   if (pid == 0) {
     exec_child(argv.data(), envp.data(), null_fd.get(), out_write.get(), err_write.get(),
-               status_write.get(), child_mask, reset_to_default, launcher);
+               status_write.get(), child_mask, reset_to_default, launcher, cpus.get(), cpus.size);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -188,7 +229,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
   out_write.reset();
   err_write.reset();
   status_write.reset();
-  if (auto error = exec_failure(status_read.get(), pid, command)) {
+  if (auto error = exec_failure(status_read.get(), pid, command, spec.cpus)) {
     outcome.error = std::move(*error);
     return outcome;
   }

@@ -29,6 +29,9 @@ struct ProcessSpec {
   // false: its output lines pass through as they are, for a process that prefixes its own
   // (mpirun or srun running `psrun --role-from-env`, whose lines say role, rank and host).
   bool prefix_output = true;
+  // Non-empty: the process is bound to these CPUs (OS indexes) before exec (sched_setaffinity);
+  // psrun's placement (runtime/placement/) fills it for processes on this host.
+  std::vector<int> cpus{};
 };
 
 struct JobSpec {

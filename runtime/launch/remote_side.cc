@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "psrt/error.h"
 #include "runtime/launch/child_process.h"
+#include "runtime/placement/env_place.h"
 
 namespace psrt::runtime {
 namespace {
@@ -66,7 +69,12 @@ bool read_environment(milliseconds limit, std::vector<std::string>& env, std::st
   }
 }
 
-pid_t start_command(char** argv, std::vector<std::string>& env) {
+// `cpus` (empty: unbound) as sched_setaffinity takes them, set up before fork.
+pid_t start_command(char** argv, std::vector<std::string>& env, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int c : cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
@@ -78,6 +86,11 @@ pid_t start_command(char** argv, std::vector<std::string>& env) {
   ::dup2(null_fd, STDIN_FILENO);
   for (auto& kv : env)
     ::putenv(kv.data());
+  if (!cpus.empty() && ::sched_setaffinity(0, sizeof(set), &set) != 0) {
+    say(std::string("cannot bind '") + argv[0] + "' to its CPUs: sched_setaffinity: " +
+        std::strerror(errno) + " (psrun --bind none leaves processes unbound)");
+    ::_exit(127);
+  }
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -170,7 +183,19 @@ int run_remote_side(int argc, char** argv) {
         " ms; not starting the command");
     return 1;
   }
-  const pid_t pid = start_command(argv + i + 1, env);
+  // A process of an ssh job psrun placed (PSRT_PLACE): bound where this host's topology says.
+  std::vector<int> cpus;
+  try {
+    if (auto place = placement::place_from_env(env)) {
+      cpus = place->cpus;
+      env.insert(env.end(), place->env.begin(), place->env.end());
+      say("placement: " + place->row);
+    }
+  } catch (const Error& e) {
+    say(std::string("placement: ") + e.what() + "; not starting the command");
+    return 1;
+  }
+  const pid_t pid = start_command(argv + i + 1, env, cpus);
   if (pid < 0) {
     say(std::string("fork: ") + std::strerror(errno));
     return 1;

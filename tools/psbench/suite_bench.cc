@@ -12,6 +12,7 @@
 
 #include "child_command.h"
 #include "psrt/error.h"
+#include "runtime/preflight/ib_probe.h"
 #include "suite_ceiling.h"
 #include "suite_table.h"
 #include "transport/factory.h"
@@ -175,8 +176,10 @@ CLI::App* add_suite_command(CLI::App& app, SuiteConfig& c) {
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   su->add_option("--link-gbps", c.link_gbit,
-                 "the link rate in Gbit/s (psrun --preflight reports it): adds each busbw as a "
-                 "fraction of it and the bound (M/B)*max(1,N/S)")
+                 "the link rate in Gbit/s: adds each busbw as a fraction of it and the bound "
+                 "(M/B)*max(1,N/S); default: the rate of this host's RDMA port that "
+                 "UCX_NET_DEVICES names, else its fastest active one (as psrun --preflight "
+                 "reports it); none without an RDMA port")
       ->check(CLI::PositiveNumber);
   su->add_option("--min-bw", c.min_bw,
                  "fail (exit code 3) when a job's average worker busbw is below this, GB/s")
@@ -197,7 +200,15 @@ CLI::App* add_suite_command(CLI::App& app, SuiteConfig& c) {
   return su;
 }
 
-int run_suite(const SuiteConfig& c) {
+int run_suite(const SuiteConfig& given) {
+  SuiteConfig c = given;
+  if (!c.link_gbit) {
+    c.link_gbit = preflight::local_link_gbps();
+    if (c.link_gbit)
+      std::cerr << "psbench suite: link rate " << *c.link_gbit
+                << " Gbit/s, this host's RDMA port as psrun --preflight reads it (--link-gbps "
+                   "overrides)\n";
+  }
   const std::vector<std::size_t> sizes = checked_sizes(c);
   std::optional<CeilingPlan> plan;
   if (c.ceiling == "auto") {

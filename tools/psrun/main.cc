@@ -25,10 +25,12 @@
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
+#include "tools/psrun/bind.h"
 #include "tools/psrun/checkpoint_signal.h"
 #include "tools/psrun/host_loss.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
+#include "tools/psrun/preflight_hosts.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
 #include "transport/factory.h"
@@ -261,6 +263,7 @@ int run_attempt(const Attempt& at, int restart) {
     PSRT_LOG_INFO("restart {} of {}: resuming from checkpoint round {}", restart,
                   a.fault.max_restarts, scheduler.resume_round());
   runtime::JobSpec job = build_job(a, env, at.placement);
+  psrun::place_job(a, at.transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
   job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
@@ -301,6 +304,10 @@ int run(const Args& a) {
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
   const InterfaceAddress where = scheduler_interface(
       interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
+  if (a.preflight)
+    return psrun::run_preflight(a, transport, where, placement,
+                                placement ? ssh_options(a) : runtime::SshOptions{}, self_exe());
+  psrun::check_bind(a);
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,

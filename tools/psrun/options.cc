@@ -41,6 +41,23 @@ void add_sgd_options(CLI::App& app, Args& a) {
       ->capture_default_str();
 }
 
+// Where processes run on a host (--bind) and the check of a host before a job (--preflight).
+void add_host_options(CLI::App& app, Args& a) {
+  app.add_option(
+         "--bind", a.bind,
+         "bind each process of a local or ssh job to cores on one NUMA node (hwloc): none | "
+         "numa (every core of its node) | core (cores of its own); default PSRT_BIND, "
+         "else core when the host has a core per process, else numa. Workers go near "
+         "their GPU, servers to the other end; the table is printed at start")
+      ->check(CLI::IsMember({"none", "numa", "core"}));
+  app.add_flag("--preflight", a.preflight,
+               "check this host for the job the other flags describe (UCX and its transports, "
+               "RDMA ports and their rate, locked-memory limit, CUDA devices, the scheduler's "
+               "port), print one table and exit 1 naming what would fail; runs no job");
+  app.add_option("--preflight-host", a.preflight_host)->group("");  // internal (ssh preflight)
+  app.add_option("--preflight-reach", a.preflight_reach)->group("");
+}
+
 }  // namespace
 
 void add_options(CLI::App& app, Args& a, bool& help_env) {
@@ -108,6 +125,7 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
         }
       })
       ->capture_default_str();
+  add_host_options(app, a);
   app.add_flag("--help-env", help_env, "print the PSRT_* environment contract and exit");
   app.add_option("command", a.command,
                  "COMMAND [ARGS...] run by every worker (none: the default job, 2 workers of "
@@ -118,7 +136,7 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
 }
 
 std::optional<int> finish_options(const CLI::App& app, Args& a, const std::string& self_exe) {
-  if (a.command.empty()) {
+  if (a.command.empty() && !a.preflight) {
     // The default job: LeNet on Fashion-MNIST for one epoch with two workers.
     const auto pstrain = std::filesystem::path(self_exe).parent_path() / "pstrain";
     if (!std::filesystem::exists(pstrain)) {

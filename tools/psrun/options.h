@@ -42,6 +42,11 @@ struct Args {
   FaultFlags fault;           // --on-worker-loss
   int server_threads = 1;
   std::string server_device = "cpu";
+  std::string bind;        // --bind none|numa|core (default PSRT_BIND, else auto)
+  bool preflight = false;  // --preflight: check this host for the job and exit
+  // Internal, for the hosts of an ssh job's preflight: the name for the table, and the
+  // scheduler's address to connect to (with --port) instead of listening.
+  std::string preflight_host, preflight_reach;
   std::vector<std::string> command;
 };
 
