@@ -13,6 +13,7 @@
 
 #include "base/fnv.h"
 #include "base/sys_check.h"
+#include "ps/job_checkpoint.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {
@@ -99,6 +100,16 @@ std::uint64_t header_checksum(std::span<const std::byte> header) {
 }
 
 }  // namespace
+
+std::string checkpoint_round_dir(const std::string& dir, std::uint64_t round) {
+  return round_dir(dir, round);
+}
+
+void write_checkpoint_file(const std::string& path, std::span<const std::byte> bytes) {
+  make_private_dir(fs::path(path).parent_path().string());
+  const std::span<const std::byte> parts[] = {bytes};
+  write_atomically(path, parts);
+}
 
 std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                   std::uint32_t index) {
@@ -320,6 +331,7 @@ ResumePoint find_resume_round(const std::string& dir, const ShardMap& map) {
   std::sort(rounds.rbegin(), rounds.rend());
   ResumePoint point;
   if (map.keys().empty()) return point;
+  const bool job_rounds = has_job_checkpoints(dir);
   for (auto r : rounds) {
     SkippedRound skip{r, "", false};
     for (const auto& [key, entry] : map.keys()) {
@@ -340,6 +352,14 @@ ResumePoint find_resume_round(const std::string& dir, const ShardMap& map) {
         }
       }
       if (!skip.why.empty()) break;
+    }
+    if (skip.why.empty() && job_rounds) {
+      try {
+        if (!job_round_complete(dir, r, &skip.why)) skip.why = "incomplete: " + skip.why;
+      } catch (const Error& e) {
+        skip.why = e.what();
+        skip.damaged = true;
+      }
     }
     if (skip.why.empty()) {
       point.round = r;

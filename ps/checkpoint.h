@@ -40,6 +40,12 @@ struct SliceState {
 
 std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                   std::uint32_t index);
+// <dir>/r<round in 12 digits>: the directory of one checkpoint round.
+std::string checkpoint_round_dir(const std::string& dir, std::uint64_t round);
+// Writes `bytes` to `path` as slice files are written: its directory created (0700) when
+// missing, a temporary name (0600), fsync, rename, fsync of the directory. Throws psrt::Error
+// (kSystem) naming the path.
+void write_checkpoint_file(const std::string& path, std::span<const std::byte> bytes);
 
 // The bytes of a slice file (header and checksum included); write_slice_checkpoint writes these.
 std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRecord& slice,
@@ -85,7 +91,9 @@ struct ResumePoint {
   std::vector<SkippedRound> skipped;  // newer rounds passed over, newest first
 };
 // The latest round whose every slice of `map` has a file that read_slice_checkpoint accepts
-// (every file is read in full), and the newer rounds it passed over. When no round is usable,
+// (every file is read in full) and, once any round of `dir` holds a job manifest
+// (ps/job_checkpoint.h), whose job manifest and worker parts are valid too; and the newer rounds
+// it passed over. When no round is usable,
 // round is 0; if one of them was damaged rather than incomplete, throws psrt::Error
 // (kInvalidArgument) listing every round and why, since starting afresh would silently drop the
 // checkpoints the user asked to resume from.

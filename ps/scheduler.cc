@@ -417,15 +417,28 @@ void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
   // A worker that vanished without unregistering took gradients of unfinished rounds with it;
   // going on would silently train on a different problem. The job stops, naming it
   // (docs/ARCHITECTURE.md, "Failures stop the job"); workers that want to leave early call
-  // shutdown(), which unregisters.
+  // shutdown(), which unregisters. --on-worker-loss continue asks for the other choice: the
+  // worker is dropped as if it had left, and the rounds go on with the live workers.
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
-  auto msg = fmt::format(
-      "{} lost: {}; stopping the job (a worker that leaves on purpose must "
-      "call shutdown())",
-      it->second->name(), why);
+  const std::string name = it->second->name();
   workers_.erase(it);
   credentials_.erase(rank);
+  if (config_.worker_loss == SchedulerConfig::WorkerLoss::kContinue && !workers_.empty()) {
+    barrier_arrived_.erase(rank);
+    PSRT_LOG_WARN("{} lost: {}; the job goes on with {} workers (--on-worker-loss continue)", name,
+                  why, workers_.size());
+    change_members_locked([this] {
+      if (workers_.empty() && changes_.empty()) finish_locked(Status());
+    });
+    return check_barrier_locked();
+  }
+  auto msg = config_.worker_loss == SchedulerConfig::WorkerLoss::kContinue
+                 ? fmt::format("{} lost: {}; stopping the job: it was the last worker", name, why)
+                 : fmt::format(
+                       "{} lost: {}; stopping the job (a worker that leaves on purpose must "
+                       "call shutdown(), or run with --on-worker-loss continue)",
+                       name, why);
   PSRT_LOG_ERROR("{}", msg);
   finish_locked(Status(ErrorCode::kPeerFailed, msg));
 }

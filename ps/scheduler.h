@@ -15,9 +15,12 @@
 // Failures: a peer whose connection closes or that sends nothing for heartbeat_timeout is lost.
 // A lost worker or server ends the job: everyone gets SHUTDOWN naming it, and pending
 // operations fail with that message (workers that leave on purpose unregister, see
-// Worker::shutdown). The job ends normally when its last worker unregisters. Silence is measured
-// only over time the scheduler itself ran: after a pause of its own (psrun stopped, the host
-// suspended) every peer gets a fresh heartbeat_timeout from the moment it resumed.
+// Worker::shutdown). With SchedulerConfig::worker_loss = kContinue a lost worker is treated as
+// one that left (the servers drop its queued gradients, rounds go on with the live workers),
+// logged as lost; the job then fails only when it has lost every worker. The job ends normally when
+// its last worker unregisters. Silence is measured only over time the scheduler itself ran: after a
+// pause of its own (psrun stopped, the host suspended) every peer gets a fresh heartbeat_timeout
+// from the moment it resumed.
 //
 // Ranks: worker ranks are below ps::kMaxRanks; a joiner asking for a higher one, or arriving
 // when every rank below it was handed out, is refused with an ERROR naming the limit and the job
@@ -61,6 +64,8 @@ struct SchedulerConfig {
   std::size_t partition_bytes = std::size_t{4} << 20;
   std::string checkpoint_dir;  // MANIFEST lives here; resume from its latest complete round
   std::chrono::milliseconds heartbeat_timeout{10'000};
+  // psrun --on-worker-loss (PSRT_ON_WORKER_LOSS): what a lost worker does to the job.
+  enum class WorkerLoss { kStop, kContinue } worker_loss = WorkerLoss::kStop;
   std::chrono::milliseconds rendezvous_timeout{120'000};
   bool secure = false;  // psrun --secure: every message sealed with keys from the secret
   // Admission of connections not yet authenticated (PSRT_HANDSHAKE_TIMEOUT_MS, ...).

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "ps/checkpoint.h"
+#include "ps/job_checkpoint.h"
 #include "ps/protocol_kernels.h"
 #include "ps/server_device.h"
 #include "ps/shard_map.h"
@@ -557,8 +558,10 @@ void Server::run_update(Update& u) {
            "an update never writes a buffer a pull reply reads");
     version = s.version + 1;
   }
-  const bool checkpoint_due = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
-                              version % config_.checkpoint_every == 0;
+  const bool cadence = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
+                       version % config_.checkpoint_every == 0;
+  const bool checkpoint_due = cadence || (!config_.checkpoint_dir.empty() &&
+                                          checkpoint_requested(config_.checkpoint_dir, version));
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock (server.h, "The one access
   // without a lock"; asserted above).
@@ -608,7 +611,7 @@ void Server::run_update(Update& u) {
       write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
                              s.total, version,
                              u.into_spare && !result.skipped ? s.spare : s.weights, s.momentum);
-      if (version > 2 * config_.checkpoint_every)
+      if (cadence && version > 2 * config_.checkpoint_every)
         remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every,
                                 s.key, s.index);
     } catch (const Error& e) {

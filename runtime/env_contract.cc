@@ -85,6 +85,9 @@ const std::vector<EnvVar>& env_contract() {
        "progress threads busy-poll this long after an event before sleeping (0 = never; psrun "
        "sets 0 when its workers + servers are at least the host's cores)"},
       {"PSRT_PEER_TIMEOUT_MS", "10000", "scheduler", "a peer silent this long is lost"},
+      {"PSRT_ON_WORKER_LOSS", "stop", "scheduler, psrun",
+       "stop | continue: a lost worker ends the job, or is dropped like one that left and the "
+       "rounds go on with the live workers (psrun --on-worker-loss)"},
       {"PSRT_HANDSHAKE_TIMEOUT_MS", "5000", "scheduler, server",
        "an accepted connection that has not authenticated by then is closed"},
       {"PSRT_MAX_UNAUTHENTICATED", "512", "scheduler, server",
@@ -99,6 +102,10 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_MAX_CONTROL_PER_SEC", "100000", "scheduler",
        "control messages per second one peer may send the scheduler (burst: one second's "
        "worth); beyond, it is disconnected naming this"},
+      {"PSRT_RESTART_COUNT", "0", "worker, server",
+       "set by psrun: how many times psrun --max-restarts restarted this job (0: the first run)"},
+      {"PSRT_RESUME_ROUND", "0", "worker, server",
+       "set by psrun: the checkpoint round this run of the job resumes from (0: from the start)"},
       {"PSRT_LOG_LEVEL", "info", "all", "debug | info | warn | error"},
       {"PSRT_CPU_ISA", "", "server", "cap the update's ISA: scalar | avx2 | avx512"},
   };

@@ -17,6 +17,8 @@ ps::SchedulerConfig scheduler_config_from_env(const std::string& listen,
   sc.partition_bytes = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   sc.checkpoint_dir = env_string("PSRT_CHECKPOINT_DIR");
   sc.heartbeat_timeout = env_ms("PSRT_PEER_TIMEOUT_MS");
+  if (env_string("PSRT_ON_WORKER_LOSS") == "continue")
+    sc.worker_loss = ps::SchedulerConfig::WorkerLoss::kContinue;
   sc.admission = admission_from_env(sc.num_servers + sc.num_workers);
   sc.max_keys_per_worker =
       static_cast<std::size_t>(env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));

@@ -48,6 +48,10 @@ struct JobSpec {
   // failed (`why` is the line psrun reports, without "psrun: ") or psrun got a signal. psrun uses
   // it to stop the scheduler with that reason, so every process gets SHUTDOWN naming it.
   std::function<void(const std::string& why)> on_stopping;
+  // psrun --on-worker-loss continue: a worker that exits non-zero or by a signal is reported
+  // ("...; the job goes on without it") and the job goes on; it fails only when every worker
+  // failed. The job's status is 0 when the others exit 0.
+  bool workers_may_fail = false;
   // Between SIGTERM and SIGKILL when stopping processes.
   std::chrono::milliseconds kill_grace{3'000};
 };

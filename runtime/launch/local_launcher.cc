@@ -238,7 +238,13 @@ class JobRun {
     if (phase_ == Phase::kStopping || phase_ == Phase::kKilling) return;
     const ExitStatus& status = *child.exit;
     if (child.worker) {
-      if (!status.success()) return fail_because(child);
+      if (!status.success() && !job_.workers_may_fail) return fail_because(child);
+      if (!status.success()) {
+        if (++workers_failed_ == job_.workers.size()) return fail_because(child);
+        report("psrun: " + child.who() + " " + detail::describe(status) +
+               "; the job goes on without it (--on-worker-loss continue)");
+        return maybe_workers_done();
+      }
       ++workers_succeeded_;
       maybe_workers_done();
       return;
@@ -254,7 +260,9 @@ class JobRun {
   }
 
   void maybe_workers_done() {
-    if (phase_ != Phase::kRunning || workers_succeeded_ != job_.workers.size()) return;
+    if (phase_ != Phase::kRunning || workers_succeeded_ + workers_failed_ != job_.workers.size() ||
+        workers_succeeded_ == 0)
+      return;
     if (job_.on_workers_done) {
       try {
         job_.on_workers_done();
@@ -401,6 +409,7 @@ class JobRun {
   Clock::time_point deadline_{};
   std::optional<std::size_t> early_service_;  // the first service to exit 0 during kRunning
   std::size_t workers_succeeded_ = 0;
+  std::size_t workers_failed_ = 0;  // JobSpec::workers_may_fail: workers that failed
   int result_ = 0;
   bool finished_ = false;
   bool stopping_notified_ = false;

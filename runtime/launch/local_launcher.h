@@ -30,6 +30,10 @@ namespace psrt::runtime {
 //    as they do, and may be seen to exit first). Exactly one line on err_fd says which process:
 //    "psrun: server 0 (pid 1234) exited with status 0; stopping the job". The rest get SIGTERM,
 //    then SIGKILL after kill_grace. run() returns 1, or 128+signal after a forwarded signal.
+//  - With job.workers_may_fail, a worker that fails is reported ("psrun: worker 2 (pid 1234) was
+//    killed by signal 9 (SIGKILL); the job goes on without it (--on-worker-loss continue)")
+//    and the rest go on; "every worker exited 0" below then means every worker that did not
+//    fail, and the job fails as above only when the last worker fails.
 //  - When every worker exited 0, job.on_workers_done runs (on the calling thread; an exception
 //    from it fails the job), then services that have not exited after service_grace are named on
 //    err_fd ("psrun: warning: ...") and stopped the same way; run() still returns 0. A service that

@@ -232,6 +232,44 @@ TEST(JobFault, KilledWorkerStopsTheJobNamingIt) {
   EXPECT_LT(r.seconds, 20.0) << r.out;
 }
 
+// --on-worker-loss continue: rank 2 is SIGKILLed after round 3 of 8; the rounds go on with
+// ranks 0 and 1, whose every round (checked by ps_worker lossy on every element of keys over
+// both servers) subtracts the gradients of exactly the ranks live in it, and the job ends 0.
+TEST(JobFault, LostWorkerWithContinueLeavesRoundsOfTheLiveWorkersExact) {
+  auto r = psrun("",
+                 "--transport tcp -n 3 -s 2 --lr 1 --aggregate sum --partition-bytes 4096 "
+                 "--on-worker-loss continue",
+                 "lossy --rounds 8 --kill-after 3 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 3"), 1) << r.out;
+  EXPECT_EQ(r.count("PASS lossy"), 2) << r.out;
+  EXPECT_EQ(r.count(") was killed by signal 9 (SIGKILL); the job goes on without it "
+                    "(--on-worker-loss continue)"),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count("the job goes on with 2 workers (--on-worker-loss continue)"), 1) << r.out;
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+  // The same job with the default (stop) ends at the loss, naming it and the choice.
+  auto stopped =
+      psrun("", "--transport tcp -n 3 -s 2 --lr 1 --aggregate sum --partition-bytes 4096",
+            "lossy --rounds 8 --kill-after 3 --sizes 7,5000");
+  EXPECT_NE(stopped.rc, 0) << stopped.out;
+  EXPECT_EQ(stopped.count("PASS lossy"), 0) << stopped.out;
+  // psrun or the scheduler names worker 2, whichever sees the loss first (worker 0 and 1 fail
+  // as soon as the scheduler stops the job, and psrun may see one of them exit first).
+  EXPECT_GE(stopped.count("worker 2 ("), 1) << stopped.out;
+}
+
+// Every worker lost: the job fails even with continue, naming the last one.
+TEST(JobFault, LosingEveryWorkerFailsTheJobEvenWithContinue) {
+  auto r = psrun("", "--transport tcp -n 1 --lr 1 --on-worker-loss continue",
+                 "resume --rounds 8 --kill-after 2");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 2"), 1) << r.out;
+  EXPECT_EQ(r.count("worker 0 (pid "), 1) << r.out;
+  EXPECT_EQ(r.count("was killed by signal 9 (SIGKILL); stopping the job"), 1) << r.out;
+}
+
 TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
   auto dir = scratch("ckpt");
   const std::string args =
@@ -246,6 +284,59 @@ TEST(JobFault, CheckpointResumesExactlyAfterTheJobIsKilled) {
   EXPECT_EQ(second.rc, 0) << second.out;
   EXPECT_EQ(second.count("RESUMED 4"), 2) << second.out;
   EXPECT_EQ(second.count("PASS resume"), 2) << second.out;
+}
+
+// psrun --max-restarts: rank 0 is SIGKILLed after round 4; psrun stops the job and starts it
+// again from checkpoint round 4, telling the processes so, and the second run checks every
+// round from there on exactly.
+TEST(JobFault, MaxRestartsRestartsAFailedJobFromTheLatestCheckpoint) {
+  auto dir = scratch("restart");
+  auto r = psrun("",
+                 "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 --checkpoint-every 2 "
+                 "--max-restarts 2 --checkpoint-dir " +
+                     dir.string(),
+                 "resume --rounds 10 --kill-after 4 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 4"), 1) << r.out;
+  // (rank 1's line of the first run may die in its stdio buffer with it)
+  EXPECT_GE(r.count("RESUMED 0 (PSRT_RESUME_ROUND 0, PSRT_RESTART_COUNT 0)"), 1) << r.out;
+  EXPECT_EQ(r.count("psrun: the job failed after "), 1) << r.out;
+  EXPECT_EQ(r.count("; restarting it (restart 1 of 2) from the latest complete checkpoint in " +
+                    dir.string()),
+            1)
+      << r.out;
+  EXPECT_EQ(r.count("restart 1 of 2: resuming from checkpoint round 4"), 1) << r.out;
+  EXPECT_EQ(r.count("RESUMED 4 (PSRT_RESUME_ROUND 4, PSRT_RESTART_COUNT 1)"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 2) << r.out;
+  EXPECT_LT(r.seconds, 30.0) << r.out;
+}
+
+// A checkpoint on demand (ps::request_checkpoint, the worker call): no cadence, rank 0 asks for
+// round 3 before its first push; killed after round 5, the job restarts from round 3.
+TEST(JobFault, ACheckpointRequestedByAWorkerIsWrittenAndResumedFrom) {
+  auto dir = scratch("on_demand");
+  auto r = psrun("",
+                 "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 --max-restarts 1 "
+                 "--checkpoint-dir " +
+                     dir.string(),
+                 "resume --rounds 8 --kill-after 5 --request-round 3 --sizes 7,5000");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 5"), 1) << r.out;
+  EXPECT_EQ(r.count("restart 1 of 1: resuming from checkpoint round 3"), 1) << r.out;
+  EXPECT_EQ(r.count("RESUMED 3 (PSRT_RESUME_ROUND 3, PSRT_RESTART_COUNT 1)"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 2) << r.out;
+}
+
+// A job that fails every time is restarted K times, then psrun gives up with its status.
+TEST(JobFault, MaxRestartsGivesUpAfterKRestarts) {
+  auto r = psrun("", "--transport tcp -n 1 --lr 1 --max-restarts 2",
+                 "resume --rounds 10 --kill-after 1");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("KILLING after round 1"), 3) << r.out;
+  EXPECT_EQ(r.count("(restart 1 of 2) from the start (no --checkpoint-dir)"), 1) << r.out;
+  EXPECT_EQ(r.count("(restart 2 of 2) from the start (no --checkpoint-dir)"), 1) << r.out;
+  EXPECT_EQ(r.count("restarting it"), 2) << r.out;
+  EXPECT_EQ(r.count("PASS resume"), 0) << r.out;
 }
 
 TEST(Psrun, HelpEnvListsTheContract) {
@@ -276,6 +367,15 @@ TEST(Psrun, BadCommandLinesAreRefusedWithTheCause) {
   r = psrun("", "--max-grad-norm nan", "exact");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--max-grad-norm must be a finite number"), std::string::npos) << r.out;
+  r = psrun("PSRT_ON_WORKER_LOSS=later", "", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("PSRT_ON_WORKER_LOSS='later' is not stop or continue"), std::string::npos)
+      << r.out;
+  r = psrun("", "--launcher mpi --on-worker-loss continue", "exact");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--on-worker-loss continue needs --launcher local or ssh"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -7,8 +7,13 @@
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
+//   ps_worker lossy --rounds R --kill-after K      sync, sum, lr 1, 3 workers, --on-worker-loss
+//                                                  continue: rank 2 SIGKILLs itself after K
+//                                                  rounds; ranks 0, 1 check every round against
+//                                                  the closed form of the ranks live in it
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
-//                                                  rerun resumes from the checkpoint
+//     [--request-round Q]                          rerun resumes from the checkpoint; rank 0
+//                                                  asks for one of round Q at the start
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
 //                                                  1, 2 check sum-mode rounds stay exact
 //   ps_worker guard                                2 workers, --skip-nonfinite: a NaN in one
@@ -43,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "ps/job_checkpoint.h"
 #include "psrt/psrt.h"
 #include "tests/integration/attacker.h"
 #include "tests/integration/invariant_attacks.h"
@@ -53,6 +59,7 @@ struct Args {
   std::string scenario;
   int rounds = 3;
   int kill_after = -1;
+  int request_round = 0;  // resume: rank 0 asks for a checkpoint of this round at the start
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
@@ -76,6 +83,8 @@ Args parse(int argc, char** argv) {
       a.rounds = std::stoi(v);
     else if (k == "--kill-after")
       a.kill_after = std::stoi(v);
+    else if (k == "--request-round")
+      a.request_round = std::stoi(v);
     else if (k == "--stop-file")
       a.stop_file = v;
     else if (k == "--case")
@@ -162,7 +171,54 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
-    if (a.kill_after == t + 1 && w.rank() == 0) {
+    if (a.kill_after == t + 1 && w.rank() == 0 && first_round == 0) {  // in a fresh run only
+      std::printf("KILLING after round %d\n", t + 1);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    }
+  }
+}
+
+// Sync, sum, lr 1: rank r pushes (r+1)(t+1) + i%7 in round t. Rank 2 is SIGKILLed after
+// round K (the job runs with --on-worker-loss continue), so rounds before K subtract the sum over
+// ranks 0..2 and later rounds the sum over ranks 0 and 1 only; ranks 0 and 1 check every element
+// of every key after every round.
+void lossy(psrt::Worker& w, const Args& a) {
+  if (w.num_workers() != 3) fail("lossy needs 3 workers");
+  std::map<std::size_t, std::vector<float>> weights, grads;
+  for (std::size_t k = 0; k < a.sizes.size(); ++k) {
+    std::vector<float> v(a.sizes[k]);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = init_value(i);
+    w.init(k, v);
+    weights[k].resize(v.size());
+    grads[k].resize(v.size());
+  }
+  w.barrier();
+  for (int t = 0; t < a.rounds; ++t) {
+    std::vector<psrt::Handle> hs;
+    for (auto& [k, g] : grads) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
+      hs.push_back(w.push_pull(k, g, weights[k]));
+    }
+    for (auto& h : hs)
+      h.wait();
+    for (auto& [k, v] : weights) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        double drop = 0;
+        for (int u = 0; u <= t; ++u) {
+          const int live = u < a.kill_after ? 3 : 2;  // ranks 0..live-1 pushed in round u
+          for (int r = 0; r < live; ++r)
+            drop += (r + 1) * (u + 1) + static_cast<double>(i % 7);
+        }
+        if (v[i] != static_cast<float>(init_value(i) - drop))
+          fail("key " + std::to_string(k) + " round " + std::to_string(t) + " element " +
+               std::to_string(i) + " is " + std::to_string(v[i]) + ", expected " +
+               std::to_string(init_value(i) - drop));
+      }
+    }
+    if (w.rank() == 2 && t + 1 == a.kill_after) {
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
       std::raise(SIGKILL);
@@ -455,8 +511,16 @@ int main(int argc, char** argv) {
     if (a.scenario == "exact" || a.scenario == "kill") {
       exact(w, a, 0);
     } else if (a.scenario == "resume") {
-      std::printf("RESUMED %llu\n", static_cast<unsigned long long>(w.resume_round()));
+      std::printf("RESUMED %llu (PSRT_RESUME_ROUND %s, PSRT_RESTART_COUNT %s)\n",
+                  static_cast<unsigned long long>(w.resume_round()),
+                  std::getenv("PSRT_RESUME_ROUND") ? std::getenv("PSRT_RESUME_ROUND") : "unset",
+                  std::getenv("PSRT_RESTART_COUNT") ? std::getenv("PSRT_RESTART_COUNT") : "unset");
+      if (a.request_round > 0 && w.rank() == 0 && w.resume_round() == 0)
+        psrt::ps::request_checkpoint(std::getenv("PSRT_CHECKPOINT_DIR"),
+                                     static_cast<std::uint64_t>(a.request_round));
       exact(w, a, static_cast<int>(w.resume_round()));
+    } else if (a.scenario == "lossy") {
+      lossy(w, a);
     } else if (a.scenario == "async" || a.scenario == "ssp") {
       each_push(w, a);
     } else if (a.scenario == "attack" || a.scenario == "invariants") {

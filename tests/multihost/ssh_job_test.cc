@@ -2,7 +2,8 @@
 // --launcher ssh: psrun and its scheduler on host 0, servers and workers on the hosts through
 // each host's own sshd. Exact results over tcp and ucx with the links' byte counters showing
 // that the gradients crossed them; a host killed, a link cut, psrun SIGKILLed: named errors
-// within the bound and no psrt process left on any host; a wrong secret from another host.
+// within the bound and no psrt process left on any host; a failed job restarted on its hosts
+// (--max-restarts); a wrong secret from another host.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -260,6 +262,73 @@ TEST(SshJobFault, AHostWhoseLinkGoesDownIsNamedWithinTheBoundAndNothingIsLeft) {
   const double gone = wait_no_psrt_process(hosts, kFaultBound);
   std::printf("no psrt process on any host %.1f s after psrun ended\n", gone);
   EXPECT_GE(gone, 0) << "a psrt process was left on a host\n" << out;
+}
+
+// psrun --max-restarts across hosts: worker 0 (on B) SIGKILLs itself after round 4; psrun stops
+// every process on every host and runs the job again on the same hosts from checkpoint round 4,
+// which every process is told over ssh, and the second run checks every round exactly.
+TEST(SshJobFault, AFailedJobIsRestartedOnItsHostsFromTheLatestCheckpoint) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  const std::string b = hosts.address(1), c = hosts.address(2);
+  const auto dir = scratch("restart_ckpt");
+  ProcessGroup job(
+      psrun_on_host0(hosts, "PSRT_PEER_TIMEOUT_MS=3000",
+                     "--transport tcp -n 2 -s 2 --lr 1 --partition-bytes 4096 "
+                     "--checkpoint-every 2 --max-restarts 1 --checkpoint-dir " +
+                         dir.string() + " -H " + b + "," + c + " --server-hosts " + b + "," + c,
+                     "resume --rounds 10 --kill-after 4 --sizes 7,5000"),
+      scratch("restart.txt"));
+  const int rc = job.wait(120s);
+  const std::string out = job.out();
+  show_verdict(out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "[worker 0@" + b + "] KILLING after round 4"), 1) << out;
+  EXPECT_EQ(count(out, "(restart 1 of 1) from the latest complete checkpoint in " + dir.string()),
+            1)
+      << out;
+  for (const auto& host : {b, c})
+    EXPECT_EQ(count(out, "@" + host + "] RESUMED 4 (PSRT_RESUME_ROUND 4, PSRT_RESTART_COUNT 1)"), 1)
+        << host << "\n"
+        << out;
+  EXPECT_EQ(count(out, "PASS resume"), 2) << out;
+  EXPECT_GE(wait_no_psrt_process(hosts, 5s), 0) << "a psrt process was left on a host\n" << out;
+}
+
+// A host lost for good (its link down): before restarting, psrun finds that ssh no longer
+// reaches it and moves its worker to the hosts that remain; the restarted job runs its three
+// workers on A and B, and nothing is left on any host (C's processes stop when psrun's keepalives
+// stop coming).
+TEST(SshJobFault, ARestartMovesTheProcessesOfALostHostToTheOthers) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  const std::string a = hosts.address(0), b = hosts.address(1), c = hosts.address(2);
+  const auto stop = scratch("lost_host_stop");
+  ProcessGroup job(
+      psrun_on_host0(hosts, std::string("PSRT_PEER_TIMEOUT_MS=3000 PSRT_SECRET=") + kJobSecret,
+                     "--transport tcp -n 3 -s 2 --aggregate sum --lr 1 --max-restarts 1 -H " + a +
+                         "," + b + "," + c + " --server-hosts " + a + "," + b,
+                     "hold --stop-file " + stop.string()),
+      scratch("lost_host.txt"));
+  ASSERT_TRUE(wait_output(job, "HOLDING rank", 3, 60s)) << job.out();
+  hosts.link_down(2);
+  ASSERT_TRUE(wait_output(job, "psrun: host " + c + " does not answer ssh", 1,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound * 2)))
+      << job.out();
+  ASSERT_TRUE(wait_output(job, "HOLDING rank", 6, 60s)) << job.out();
+  std::ofstream(stop) << "1\n";
+  const int rc = job.wait(60s);
+  const std::string out = job.out();
+  show_verdict(out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "(restart 1 of 1) from the start (no --checkpoint-dir)"), 1) << out;
+  EXPECT_EQ(count(out, "[worker 2@" + a + "] HOLDING rank 2"), 1) << out;
+  EXPECT_EQ(count(out, "PASS hold"), 3) << out;
+  EXPECT_GE(wait_no_psrt_process(
+                hosts, std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)),
+            0)
+      << "a psrt process was left on a host\n"
+      << out;
 }
 
 // Workers that never exit by themselves (sleep): only the remote side can stop them.

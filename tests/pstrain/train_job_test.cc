@@ -177,6 +177,25 @@ TEST(TrainJob, OnePsWorkerMatchesTorchSgdStepForStep) {
   }
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The pid of the psrun (not one of its servers) whose command line mentions `marker`, or 0.
+pid_t find_psrun(const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmd = slurp((e.path() / "cmdline").string());
+    if (cmd.rfind(PSRUN_PATH, 0) == 0 && cmd.find(marker) != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
 // The pid of the pstrain process whose command line mentions `marker`, or 0.
 pid_t find_pstrain(const std::string& marker) {
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -191,58 +210,90 @@ pid_t find_pstrain(const std::string& marker) {
   return 0;
 }
 
-TEST(TrainJob, KilledWorkerResumesFromItsCheckpointWithTheSameWeightsAndStep) {
-  // Momentum 0: the servers hold no optimizer state, so the resumed run must retrace the
-  // uninterrupted one bit for bit.
+// The latest round of `dir` that a job checkpoint declared complete (r<round>/JOB), or -1.
+int latest_job_round(const fs::path& dir) {
+  int latest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 13 && name[0] == 'r' && fs::exists(e.path() / "JOB"))
+      latest = std::max(latest, std::stoi(name.substr(1)));
+  }
+  return latest;
+}
+
+TEST(TrainJob, KilledWorkerResumesFromTheJobCheckpointBitForBitWithMomentum) {
+  // Momentum 0.9 and the cosine schedule: the servers restore their slices with momentum at the
+  // job checkpoint's round and the worker its step (data position, schedule) and buffers, so the
+  // resumed run must retrace the uninterrupted one bit for bit. The round resumed from is one
+  // asked for on demand (SIGUSR1 to psrun), between two rounds of the cadence.
   const std::string flags =
-      "--lr 0.05 --momentum 0 --epochs 3 --max-steps 300 --checkpoint-every 50 "
+      "--lr 0.05 --momentum 0.9 --epochs 3 --max-steps 300 --checkpoint-every 50 "
       "--digest ";
   auto ref = scratch("ref"), killed = scratch("killed");
-  auto full = sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
-                 (ref / "m.jsonl").string() + " --train-dir " + ref.string());
+  const auto job = [](const fs::path& dir) {
+    return std::string(PSRUN_PATH) + " --transport tcp -n 1 --checkpoint-every 50 " +
+           "--checkpoint-dir " + (dir / "job").string() + " --";
+  };
+  auto full = sh(job(ref) + kTrain + flags + "--metrics " + (ref / "m.jsonl").string() +
+                 " --train-dir " + ref.string());
   ASSERT_EQ(full.rc, 0) << full.out;
+  EXPECT_EQ(latest_job_round(ref / "job"), 300);
 
   // The same job, SIGKILLed once it is past step 120.
   const std::string log = (killed / "first.txt").string();
-  const std::string cmd = PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--metrics " +
+  const std::string cmd = job(killed) + kTrain + flags + "--metrics " +
                           (killed / "m1.jsonl").string() + " --train-dir " + killed.string() +
                           " > " + log + " 2>&1";
-  pid_t job = ::fork();
-  ASSERT_GE(job, 0);
-  if (job == 0) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  bool killed_it = false;
+  // Past step 110, SIGUSR1 to psrun asks for a checkpoint on demand (round step + 2, off the
+  // cadence of 50); once that round is complete the worker is SIGKILLed.
+  bool asked = false, killed_it = false;
   for (int i = 0; i < 3000 && !killed_it; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     auto s = steps_of(killed / "m1.jsonl");
-    if (!s.empty() && s.back()["step"].get<int>() >= 120) {
+    if (s.empty() || s.back()["step"].get<int>() < 110) continue;
+    if (!asked) {
+      if (pid_t p = find_psrun(killed.string())) asked = ::kill(p, SIGUSR1) == 0;
+    } else if (latest_job_round(killed / "job") % 50 != 0) {
       if (pid_t p = find_pstrain(killed.string())) killed_it = ::kill(p, SIGKILL) == 0;
     }
   }
   int status = 0;
-  ::waitpid(job, &status, 0);
-  ASSERT_TRUE(killed_it) << "never saw step 120";
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(asked) << "never saw step 110";
+  ASSERT_TRUE(killed_it) << "no checkpoint on demand\n" << slurp(log);
   EXPECT_NE(WEXITSTATUS(status), 0) << "psrun must report the killed worker";
   auto first = steps_of(killed / "m1.jsonl");
   ASSERT_LT(first.back()["step"].get<int>(), 300);
+  const int round = latest_job_round(killed / "job");
+  ASSERT_GT(round, 110);
+  EXPECT_NE(round % 50, 0) << "the round asked for on demand";
+  EXPECT_NE(slurp(log).find("psrun: got SIGUSR1: asked the job for a checkpoint at its next round"),
+            std::string::npos);
+  EXPECT_NE(slurp(log).find("job checkpoint requested at round " + std::to_string(round)),
+            std::string::npos);
   auto ck = psrt::pstrain::latest_checkpoint(killed.string());
   ASSERT_TRUE(ck);
-  ASSERT_GE(ck->step, 100);
-  ASSERT_EQ(ck->step % 50, 0);
   EXPECT_EQ(ck->digest, first[ck->step - 1]["weights_digest"]);
 
-  auto resumed =
-      sh(PSRUN_PATH " --transport tcp -n 1 --" + kTrain + flags + "--resume " + "--metrics " +
-         (killed / "m2.jsonl").string() + " --train-dir " + killed.string());
+  auto resumed = sh(job(killed) + kTrain + flags + "--resume " + "--metrics " +
+                    (killed / "m2.jsonl").string() + " --train-dir " + killed.string());
   ASSERT_EQ(resumed.rc, 0) << resumed.out;
-  EXPECT_TRUE(resumed.has("at step " + std::to_string(ck->step) + " (epoch")) << resumed.out;
-  EXPECT_TRUE(resumed.has("weights " + ck->digest)) << resumed.out;
+  EXPECT_TRUE(resumed.has("resumed from job checkpoint round " + std::to_string(round) + " in " +
+                          (killed / "job").string() + " at step " + std::to_string(round)))
+      << resumed.out;
+  EXPECT_TRUE(resumed.has("weights " + first[round - 1]["weights_digest"].get<std::string>()))
+      << resumed.out;
   auto second = steps_of(killed / "m2.jsonl");
   auto reference = steps_of(ref / "m.jsonl");
-  ASSERT_EQ(second.size(), static_cast<std::size_t>(300 - ck->step));
-  EXPECT_EQ(second.front()["step"], ck->step + 1);
+  ASSERT_EQ(second.size(), static_cast<std::size_t>(300 - round));
+  EXPECT_EQ(second.front()["step"], round + 1);
   for (const auto& s : second) {
     const int step = s["step"];
     EXPECT_EQ(s["weights_digest"], reference[step - 1]["weights_digest"]) << "step " << step;

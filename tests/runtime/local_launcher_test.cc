@@ -262,6 +262,47 @@ TEST_F(LocalLauncherTest, OnWorkersDoneDoesNotRunWhenAWorkerFails) {
   EXPECT_EQ(calls, 0);
 }
 
+// --on-worker-loss continue: a failed worker is reported and the others go on; the job ends 0
+// once they exit 0, and the services are told as usual.
+TEST_F(LocalLauncherTest, WorkersMayFailLetsTheOthersFinish) {
+  job_.workers_may_fail = true;
+  int calls = 0;
+  job_.on_workers_done = [&] {
+    ++calls;
+    std::ofstream(dir_ / "release") << "1\n";
+  };
+  job_.services.push_back(sh("server 0", wait_for_files({"release"}) + "exit 0"));
+  job_.workers.push_back(sh("worker 0", record_pid("w0.pid") + "kill -9 $$"));
+  job_.workers.push_back(
+      sh("worker 1", wait_for_files({"w0.pid"}) + "sleep 0.3; echo 1 > '" + at("w1.done") + "'"));
+
+  EXPECT_EQ(run_job(), 0);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(fs::exists(dir_ / "w1.done"));
+  const pid_t w0 = wait_for_pid_file(dir_ / "w0.pid");
+  EXPECT_EQ(err(), "psrun: worker 0 (pid " + std::to_string(w0) +
+                       ") was killed by signal 9 (SIGKILL); the job goes on without it "
+                       "(--on-worker-loss continue)\n");
+  EXPECT_TRUE(no_children());
+}
+
+TEST_F(LocalLauncherTest, WorkersMayFailStillFailsTheJobWhenEveryWorkerFailed) {
+  job_.workers_may_fail = true;
+  int calls = 0;
+  job_.on_workers_done = [&] { ++calls; };
+  job_.services.push_back(sh("server 0", "exec sleep 30"));
+  job_.workers.push_back(sh("worker 0", record_pid("w0.pid") + "exit 3"));
+  job_.workers.push_back(sh("worker 1", wait_for_files({"w0.pid"}) + "sleep 0.2; exit 4"));
+
+  EXPECT_EQ(run_job(), 1);
+  EXPECT_EQ(calls, 0);
+  const std::string e = err();
+  EXPECT_EQ(count_of(e, "exited with status 3; the job goes on without it"), 1) << e;
+  EXPECT_EQ(count_of(e, "exited with status 4; stopping the job\n"), 1) << e;
+  EXPECT_LT(elapsed_.count(), 3'000);
+  EXPECT_TRUE(no_children());
+}
+
 TEST_F(LocalLauncherTest, WorkerKilledBySignalStopsEveryProcessWithinKillGrace) {
   job_.kill_grace = milliseconds{700};
   job_.services.push_back(sh("scheduler", record_pid("scheduler.pid") + "exec sleep 30"));

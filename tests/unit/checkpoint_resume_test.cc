@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ps/checkpoint.h"
+#include "ps/job_checkpoint.h"
 #include "ps/shard_map.h"
 #include "tests/unit/checkpoint_test_util.h"
 
@@ -197,6 +198,100 @@ TEST_F(CheckpointResume, OnlyIncompleteRoundsStartAfreshAndSaySo) {
   EXPECT_EQ(p.round, 0u);
   ASSERT_EQ(p.skipped.size(), 1u);
   EXPECT_FALSE(p.skipped[0].damaged);
+}
+
+// Job checkpoints (ps/job_checkpoint.h): a round of the whole job is declared complete (JOB) only
+// when every worker's part and every slice is on disk, and a marked directory resumes only from
+// such a round.
+class JobCheckpoint : public CheckpointResume {
+ protected:
+  void write_parts(std::uint64_t round, std::uint32_t workers) {
+    for (std::uint32_t w = 0; w < workers; ++w) {
+      const std::string text =
+          "part of worker " + std::to_string(w) + " at " + std::to_string(round);
+      write_worker_part(dir_, round, w, std::as_bytes(std::span(text)));
+    }
+  }
+  void complete(std::uint64_t round) { complete_job_round(dir_, round, 2, 2, 40); }
+};
+
+TEST_F(JobCheckpoint, ARoundIsDeclaredCompleteOnlyOnceEveryPartIsOnDisk) {
+  write_manifest(dir_, map_);
+  write_round(2);
+  write_parts(2, 1);  // worker 1's part is missing
+  try {
+    complete(2);
+    ADD_FAILURE() << "declared complete without worker 1's part";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("worker 1 wrote no part ('" +
+                                         worker_part_path(dir_, 2, 1) + "')"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(job_manifest_path(dir_, 2)));
+  write_parts(2, 2);
+  complete(2);
+  EXPECT_TRUE(fs::exists(job_manifest_path(dir_, 2)));
+  std::string why;
+  EXPECT_TRUE(job_round_complete(dir_, 2, &why)) << why;
+  const auto part = read_worker_part(dir_, 2, 1);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(part.data()), part.size()),
+            "part of worker 1 at 2");
+  // A slice the servers have not written: not complete either.
+  write_round(4);
+  fs::remove(victim(4));
+  write_parts(4, 2);
+  EXPECT_THROW(complete(4), Error);
+  EXPECT_FALSE(fs::exists(job_manifest_path(dir_, 4)));
+}
+
+TEST_F(JobCheckpoint, AMarkedDirectoryResumesOnlyFromARoundDeclaredComplete) {
+  write_manifest(dir_, map_);
+  write_round(2);
+  write_parts(2, 2);
+  complete(2);
+  write_round(4);  // the servers' slices of round 4, but no worker wrote its part
+  mark_job_checkpoints(dir_);
+  const ResumePoint p = find_resume_round(dir_, map_);
+  EXPECT_EQ(p.round, 2u);
+  ASSERT_EQ(p.skipped.size(), 1u);
+  EXPECT_FALSE(p.skipped[0].damaged);
+  EXPECT_NE(p.skipped[0].why.find("incomplete: no job manifest '" + job_manifest_path(dir_, 4)),
+            std::string::npos)
+      << p.skipped[0].why;
+  // Without job checkpoints the slices alone make round 4 usable, as before.
+  fs::remove(dir_ + "/JOB-CHECKPOINTS");
+  remove_job_round(dir_, 2);
+  EXPECT_FALSE(has_job_checkpoints(dir_));
+  EXPECT_EQ(find_resume_round(dir_, map_).round, 4u);
+}
+
+TEST_F(JobCheckpoint, ADamagedWorkerPartFallsBackToThePreviousRoundAndSaysWhy) {
+  write_manifest(dir_, map_);
+  for (std::uint64_t r : {2, 4}) {
+    write_round(r);
+    write_parts(r, 2);
+    complete(r);
+  }
+  auto bytes = read_file(worker_part_path(dir_, 4, 1));
+  bytes[3] ^= 0x20;
+  write_file(worker_part_path(dir_, 4, 1), bytes);
+  const ResumePoint p = find_resume_round(dir_, map_);
+  EXPECT_EQ(p.round, 2u);
+  ASSERT_EQ(p.skipped.size(), 1u);
+  EXPECT_TRUE(p.skipped[0].damaged);
+  EXPECT_NE(p.skipped[0].why.find("worker part '" + worker_part_path(dir_, 4, 1) +
+                                  "' is unusable: size or checksum mismatch"),
+            std::string::npos)
+      << p.skipped[0].why;
+  EXPECT_THROW(read_worker_part(dir_, 4, 1), Error);
+  // Pruning a round leaves nothing of it once the servers removed their slices.
+  for (const auto& [key, entry] : map_.keys())
+    for (const auto& s : entry.second)
+      remove_slice_checkpoint(dir_, 2, key, s.index);
+  remove_job_round(dir_, 2);
+  EXPECT_FALSE(fs::exists(checkpoint_round_dir(dir_, 2)));
 }
 
 }  // namespace

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "base/interfaces.h"
@@ -24,6 +26,8 @@
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/server_process.h"
 #include "tools/psrun/bind.h"
+#include "tools/psrun/checkpoint_signal.h"
+#include "tools/psrun/host_loss.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/options.h"
 #include "tools/psrun/preflight_hosts.h"
@@ -119,6 +123,7 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
+      {"PSRT_ON_WORKER_LOSS", a.fault.on_worker_loss},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
@@ -183,6 +188,8 @@ psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& tra
   sc.partition_bytes = a.partition_bytes;
   sc.checkpoint_dir = a.checkpoint_dir;
   sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+  if (a.fault.on_worker_loss == "continue")
+    sc.worker_loss = ps::SchedulerConfig::WorkerLoss::kContinue;
   sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers) +
                                              static_cast<std::size_t>(a.servers));
   sc.max_keys_per_worker =
@@ -203,10 +210,93 @@ std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
   return psrt::runtime::make_launch_backend(a.launcher);
 }
 
+// Before a restart of an ssh job: the hosts ssh cannot reach any more give their processes to the
+// others (tools/psrun/host_loss.h). False, having said why, when no host is left.
+bool move_off_lost_hosts(const Args& a, psrt::psrun::Placement& placement) {
+  using namespace psrt;
+  std::vector<std::string> hosts = placement.servers;
+  for (const auto& h : placement.workers)
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  const auto lost = psrun::unreachable_hosts(hosts, psrun::split_ssh_args(a.ssh.ssh_args),
+                                             runtime::env_ms("PSRT_PEER_TIMEOUT_MS"));
+  if (lost.empty()) return true;
+  std::set<std::string> names;
+  for (const auto& [host, why] : lost) {
+    std::cerr << "psrun: host " << host << " does not answer ssh (" << why
+              << "): the restart moves its processes to the other hosts\n";
+    names.insert(host);
+  }
+  try {
+    placement = psrun::move_off_hosts(placement, names);
+  } catch (const Error& e) {
+    std::cerr << "psrun: " << e.what() << "; not restarting\n";
+    return false;
+  }
+  PSRT_LOG_INFO("placement for the restart:\n{}", psrun::describe_placement(placement));
+  return true;
+}
+
+// What stays the same over the restarts of one psrun.
+struct Attempt {
+  const Args& a;
+  const psrt::ps::SchedulerConfig& sc;
+  const std::string& transport;
+  const std::string& secret;
+  const std::string& interface;
+  const psrt::InterfaceAddress& where;
+  const std::optional<psrt::psrun::Placement>& placement;
+};
+
+// One run of the job: a fresh scheduler (which finds the checkpoint round to resume from), the
+// servers and the workers; psrun's exit status for it.
+int run_attempt(const Attempt& at, int restart) {
+  using namespace psrt;
+  const Args& a = at.a;
+  const ps::SchedulerConfig& sc = at.sc;
+  ps::Scheduler scheduler(sc);
+  Env env = common_env(a, scheduler.address(), at.transport, at.secret, sc.secure, at.interface);
+  env.emplace_back("PSRT_RESTART_COUNT", std::to_string(restart));
+  env.emplace_back("PSRT_RESUME_ROUND", std::to_string(scheduler.resume_round()));
+  if (restart > 0)
+    PSRT_LOG_INFO("restart {} of {}: resuming from checkpoint round {}", restart,
+                  a.fault.max_restarts, scheduler.resume_round());
+  runtime::JobSpec job = build_job(a, env, at.placement);
+  psrun::place_job(a, at.transport, job);
+  // Once every worker has exited, the servers have nothing left to serve.
+  job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
+  job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
+  // psrun stops the job (a process failed, a signal): every process hears why, unless the
+  // scheduler had stopped it first (then its verdict names the first process lost).
+  bool scheduler_first = false;
+  job.on_stopping = [&](const std::string& why) {
+    const Status before = scheduler.wait(std::chrono::milliseconds(0));
+    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
+    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
+  };
+  PSRT_LOG_INFO(
+      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
+      "(interface {})",
+      a.workers, a.servers, at.transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
+      at.where.name.empty() ? "?" : at.where.name);
+  int rc = launch_backend(a, at.placement)->run(job);
+  Status how = scheduler.wait(std::chrono::milliseconds(0));
+  if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
+    std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
+    rc = 1;
+  } else if (rc != 0 && scheduler_first) {
+    // The scheduler's verdict names the process it lost first (and its host), which the first
+    // process to exit may not be.
+    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
+  }
+  return rc;
+}
+
 int run(const Args& a) {
   using namespace psrt;
-  ps::parse_mode(a.mode);  // validates
-  const auto placement = placement_of(a);
+  ps::parse_mode(a.mode);            // validates
+  auto placement = placement_of(a);  // moved off lost hosts before a restart
   const std::string secret = job_secret(a);
   std::string transport = a.transport;
   if (transport.empty()) transport = transport::available_backends().front();
@@ -234,37 +324,22 @@ int run(const Args& a) {
 
   const ps::SchedulerConfig sc = scheduler_config(a, transport, where, secret, secure);
   log::set_prefix("scheduler");
-  ps::Scheduler scheduler(sc);
-
-  runtime::JobSpec job = build_job(
-      a, common_env(a, scheduler.address(), transport, secret, sc.secure, interface), placement);
-  psrun::place_job(a, transport, job);
-  // Once every worker has exited, the servers have nothing left to serve.
-  job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  // psrun stops the job (a process failed, a signal): every process hears why, unless the
-  // scheduler had stopped it first (then its verdict names the first process lost).
-  bool scheduler_first = false;
-  job.on_stopping = [&](const std::string& why) {
-    const Status before = scheduler.wait(std::chrono::milliseconds(0));
-    scheduler_first = !before.ok() && before.code() != ErrorCode::kTimeout;
-    scheduler.stop(Status(ErrorCode::kCancelled, "psrun stopped the job: " + why));
-  };
-  PSRT_LOG_INFO(
-      "job: {} workers, {} servers, transport {}{}, mode {}, scheduler at {} "
-      "(interface {})",
-      a.workers, a.servers, transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
-      where.name.empty() ? "?" : where.name);
-  int rc = launch_backend(a, placement)->run(job);
-  Status how = scheduler.wait(std::chrono::milliseconds(0));
-  if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
-    std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
-    rc = 1;
-  } else if (rc != 0 && scheduler_first) {
-    // The scheduler's verdict names the process it lost first (and its host), which the first
-    // process to exit may not be.
-    std::cerr << "psrun: the scheduler's verdict: " << how.message() << "\n";
+  Attempt attempt{a, sc, transport, secret, interface, where, placement};
+  psrun::install_checkpoint_signal(a.checkpoint_dir);
+  for (int restart = 0;; ++restart) {
+    const auto started = std::chrono::steady_clock::now();
+    const int rc = run_attempt(attempt, restart);
+    // A job that ended, or that psrun was told to stop (128 + the signal), is not restarted.
+    if (rc == 0 || rc >= 128 || restart >= a.fault.max_restarts) return rc;
+    const double ran =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::cerr << fmt::format(
+        "psrun: the job failed after {:.1f} s; restarting it (restart {} of {}){}\n", ran,
+        restart + 1, a.fault.max_restarts,
+        a.checkpoint_dir.empty() ? " from the start (no --checkpoint-dir)"
+                                 : " from the latest complete checkpoint in " + a.checkpoint_dir);
+    if (placement && !move_off_lost_hosts(a, *placement)) return rc;
   }
-  return rc;
 }
 
 }  // namespace
@@ -302,6 +377,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   }
   if (auto rc = psrt::psrun::finish_options(app, a, self_exe())) return *rc;
   try {
+    psrt::psrun::finish_fault_flags(a.fault, a.launcher);
     return run(a);
   } catch (const psrt::Error& e) {
     std::cerr << "psrun: " << e.what() << "\n";

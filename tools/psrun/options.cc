@@ -110,6 +110,7 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
       ->capture_default_str();
   add_ssh_options(app, a.ssh);
   tools::add_engine_flags(app, a.engine);
+  add_fault_flags(app, a.fault);
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

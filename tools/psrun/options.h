@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/psrun/fault_options.h"
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/ssh_options.h"
 
@@ -38,6 +39,7 @@ struct Args {
   std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
   SshFlags ssh;
   tools::EngineFlags engine;  // --mpirun-args, --srun-args
+  FaultFlags fault;           // --on-worker-loss
   int server_threads = 1;
   std::string server_device = "cpu";
   std::string bind;        // --bind none|numa|core (default PSRT_BIND, else auto)

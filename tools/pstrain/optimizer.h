@@ -34,6 +34,12 @@ class TrainOptimizer {
   virtual void synchronize() = 0;
   // Ends training: waits for what is outstanding and leaves the job.
   virtual void finish() = 0;
+
+  // The job checkpoint round the servers resumed from (0: a fresh job, or --no-ps).
+  virtual std::uint64_t resume_round() const { return 0; }
+  // Returns once every worker of the job called it (no-op for --no-ps).
+  virtual void barrier() {}
+  virtual int num_servers() const { return 0; }
 };
 
 // --no-ps: torch::optim::SGD over `model`'s parameters.

@@ -62,6 +62,9 @@ class DistributedSgd final : public TrainOptimizer {
     dist_.reset();
     worker_.shutdown();
   }
+  std::uint64_t resume_round() const override { return worker_.resume_round(); }
+  void barrier() override { worker_.barrier(); }
+  int num_servers() const override { return worker_.num_servers(); }
 
  private:
   TrainOptions o_;

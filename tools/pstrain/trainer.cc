@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "ps/job_checkpoint.h"
 #include "psrt/psrt.h"
 #include "pstrain/checkpoint.h"
 #include "pstrain/data/batch.h"
@@ -17,9 +18,11 @@
 #include "pstrain/data/shard.h"
 #include "pstrain/device.h"
 #include "pstrain/evaluate.h"
+#include "pstrain/job_checkpoint.h"
 #include "pstrain/lr_schedule.h"
 #include "pstrain/optimizer.h"
 #include "pstrain/report.h"
+#include "runtime/env_contract.h"
 
 namespace psrt::pstrain {
 namespace {
@@ -132,6 +135,9 @@ class TrainRun {
  private:
   void train_step();
   void checkpoint();
+  // The job checkpoint (pstrain/job_checkpoint.h): resume from round `round`, write this step's.
+  std::int64_t resume_from_job(std::uint64_t round);
+  void job_checkpoint();
   void evaluate_now();
   void summarize() const;
 
@@ -147,6 +153,11 @@ class TrainRun {
   const int rank_, world_;
   std::int64_t step_ = 0;
   float base_lr_ = 0.f;
+  // psrun's --checkpoint-dir and --checkpoint-every in a sync job through the servers: this
+  // worker writes its part of every job checkpoint round there (every job_every_ steps, 0: only
+  // on demand). Empty: none.
+  std::string job_dir_;
+  std::int64_t job_every_ = 0;
   Schedule sched_;
   std::optional<MetricsFile> metrics_;
   std::optional<Progress> progress_;
@@ -177,8 +188,24 @@ TrainRun::TrainRun(const TrainOptions& o)
       rank_(opt_->rank()),
       world_(opt_->world()) {
   at::set_num_threads(o.threads > 0 ? o.threads : threads_per_process(opt_->processes()));
-  step_ = resume(o, world_, *model_, *opt_, device_);
+  if (!o.no_ps && runtime::env_string("PSRT_MODE") == "sync") {
+    job_dir_ = runtime::env_string("PSRT_CHECKPOINT_DIR");
+    if (!job_dir_.empty()) job_every_ = runtime::env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40);
+  }
+  // A job resumed from a job checkpoint continues from its round, whatever --train-dir holds.
+  if (!job_dir_.empty() && opt_->resume_round() > 0)
+    step_ = resume_from_job(opt_->resume_round());
+  else
+    step_ = resume(o, world_, *model_, *opt_, device_);
+  if (!job_dir_.empty() && rank_ == 0) ps::mark_job_checkpoints(job_dir_);
   base_lr_ = opt_->start(*model_);
+  if (!job_dir_.empty() && opt_->resume_round() > 0 && rank_ == 0) {
+    opt_->synchronize();
+    PSRT_LOG_INFO("resumed from job checkpoint round {} in {} at step {} (epoch {}), weights {}",
+                  opt_->resume_round(), job_dir_, step_,
+                  step_ / steps_per_epoch(data_.train.images.size(0), world_, o.batch_size),
+                  weights_digest(*model_));
+  }
   sched_ = schedule_of(o, data_.train.images.size(0), world_);
   metrics_.emplace(metrics_path(o.metrics, rank_));
   if (rank_ == 0 && !o.train_dir.empty()) {
@@ -196,7 +223,19 @@ TrainRun::TrainRun(const TrainOptions& o)
 
 void TrainRun::run() {
   while (step_ < sched_.total) {
+    // psrun got SIGUSR1: worker 0 asks for a checkpoint at round step + 2, before it pushes
+    // step + 1. Another worker may end step + 1 before this request is written (its weights of
+    // round step came earlier), but not step + 2: the forward of step + 2 waits for round
+    // step + 1, which waits for worker 0's gradient of step + 1.
+    if (!job_dir_.empty() && rank_ == 0 && ps::take_checkpoint_now(job_dir_)) {
+      ps::request_checkpoint(job_dir_, static_cast<std::uint64_t>(step_ + 2));
+      progress_->note(fmt::format("job checkpoint requested at round {}", step_ + 2));
+    }
     train_step();
+    if (!job_dir_.empty() &&
+        ((job_every_ > 0 && step_ % job_every_ == 0) ||
+         ps::checkpoint_requested(job_dir_, static_cast<std::uint64_t>(step_))))
+      job_checkpoint();
     const bool epoch_end = step_ % sched_.per_epoch == 0;
     if (rank_ == 0 && !o_.train_dir.empty() &&
         (step_ % sched_.checkpoint_every == 0 || epoch_end || step_ == sched_.total))
@@ -274,6 +313,43 @@ void TrainRun::checkpoint() {
   save_checkpoint(o_.train_dir, *model_, opt_->checkpoint_state(), info);
   progress_->note(fmt::format("checkpoint at step {} in {} (weights {})", step_, o_.train_dir,
                               weights_digest(*model_)));
+}
+
+std::int64_t TrainRun::resume_from_job(std::uint64_t round) {
+  const std::string what = ps::worker_part_path(job_dir_, round, static_cast<std::uint32_t>(rank_));
+  const WorkerPart part = decode_worker_part(
+      ps::read_worker_part(job_dir_, round, static_cast<std::uint32_t>(rank_)), *model_, what);
+  if (part.step != static_cast<std::int64_t>(round) || part.model != o_.model ||
+      part.dataset != o_.dataset)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{} holds step {} of {} on {}, not round {} of {} on {}: resume "
+                    "with the same --model and --dataset, or another --checkpoint-dir",
+                    what, part.step, part.model, part.dataset, round, o_.model, o_.dataset));
+  return part.step;
+}
+
+// Every worker writes its part once the servers applied this step (their slices of this round
+// are on disk before any pull of it is answered), then rank 0 declares the round complete after
+// a barrier: every part is written by then.
+void TrainRun::job_checkpoint() {
+  opt_->synchronize();
+  const auto round = static_cast<std::uint64_t>(step_);
+  ps::write_worker_part(job_dir_, round, static_cast<std::uint32_t>(rank_),
+                        encode_worker_part({step_, o_.model, o_.dataset}, *model_));
+  opt_->barrier();
+  if (rank_ != 0) return;
+  try {
+    ps::complete_job_round(
+        job_dir_, round, static_cast<std::uint32_t>(world_),
+        static_cast<std::uint32_t>(opt_->num_servers()),
+        static_cast<std::size_t>(runtime::env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31)));
+    if (job_every_ > 0 && step_ % job_every_ == 0 && step_ > 2 * job_every_)
+      ps::remove_job_round(job_dir_, static_cast<std::uint64_t>(step_ - 2 * job_every_));
+    progress_->note(fmt::format("job checkpoint round {} complete in {}", step_, job_dir_));
+  } catch (const Error& e) {
+    PSRT_LOG_WARN("job checkpoint round {} not declared complete: {}", step_, e.what());
+  }
 }
 
 void TrainRun::evaluate_now() {
