@@ -24,6 +24,7 @@
 // run_update() asserts both on entry.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -47,6 +48,8 @@
 #include "ps/endpoint.h"
 
 namespace psrt::ps {
+
+struct ReplicaCount;  // ps/replica_protocol.h
 
 struct ServerConfig {
   Mode mode = Mode::kSync;
@@ -87,6 +90,20 @@ class Server final : public Handler {
   // server it picks how gradients reach the device and how pulls leave it, and logs that choice.
   // Returns the line it logged (empty for a cpu server).
   std::string set_transport(const transport::Transport& t);
+
+  // Server replicas (psrun --replicas 2, ps/server_replica.h): this server replicates its
+  // slices to the backup the scheduler names (REPLICA_SET) and keeps copies of other servers'
+  // slices. Call before the transport delivers anything; `t` and the endpoint outlive the server.
+  void enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
+                       std::uint32_t self_rank, std::chrono::milliseconds connect_timeout);
+  // A slice's state, for tests: as held here (a slice this server serves), or as this server's
+  // copy of another server's slice (replicas). Empty when it has none.
+  struct SliceView {
+    std::uint64_t version = 0;
+    std::vector<float> weights, momentum;
+  };
+  std::optional<SliceView> held(std::uint64_t key, std::uint32_t index);
+  std::optional<SliceView> copy(std::uint64_t key, std::uint32_t index);
 
   // A worker's HELLO rank must be a live member, and its AUTH must prove that member's
   // credential (from MEMBERSHIP).
@@ -229,6 +246,28 @@ class Server final : public Handler {
   ConstBuffer pull_source(const Slice& s) const;
   void after_change(Slice& s);    // locks s: serves pulls and starts what may start
   void release_reader(Slice& s);  // a pull reply no longer reads the weights
+  // The update's bookkeeping once its version is in the weights (and, with replicas, on the
+  // backup): counters, the slice no longer busy, waiting pulls served.
+  void finish_update(Update& u, std::uint64_t version);
+  // Server replicas (ps/server_replica.cc).
+  struct Replica;
+  // Under s.mu: every worker's counters once `consumed` (an update's ranks) are applied.
+  static std::vector<ReplicaCount> counts_locked(const Slice& s,
+                                                 const std::vector<std::uint32_t>& consumed);
+  // Sends version `version` of `s` to the backup; `then` runs once it acknowledged (at once
+  // without a backup, or once the backup is lost).
+  void replicate(const Slice& s, std::uint64_t version, std::vector<ReplicaCount> counts,
+                 std::function<void()> then);
+  void replicate_update(Update& u, std::uint64_t version);
+  // Replicates `s` as it is now (busy meanwhile); at once (then()) when an update holds it.
+  void replicate_slice(Slice& s, std::function<void()> then);
+  transport::Placement place_replica(Peer& peer, const Header& h, std::size_t size);
+  void on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload);
+  // Makes the copies from server `lost` slices of this server; returns how many.
+  std::size_t promote(std::uint32_t lost);
+  void replica_peer_closed(Peer& peer, const Status& why);
+
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
@@ -255,6 +294,8 @@ class Server final : public Handler {
 
   std::mutex trace_mu_;
   std::FILE* trace_ = nullptr;  // the pointer is constant after construction; writes: trace_mu_
+
+  std::unique_ptr<Replica> replica_;  // null without replicas; set before serving, constant after
 
   std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };

@@ -29,6 +29,9 @@ struct ProcessSpec {
   // false: its output lines pass through as they are, for a process that prefixes its own
   // (mpirun or srun running `psrun --role-from-env`, whose lines say role, rank and host).
   bool prefix_output = true;
+  // A service the job survives losing (a server with --replicas 2: its backup takes over): its
+  // exit is reported on stderr, and the job goes on.
+  bool may_fail = false;
 };
 
 struct JobSpec {

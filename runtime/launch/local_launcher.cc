@@ -243,6 +243,11 @@ class JobRun {
       maybe_workers_done();
       return;
     }
+    if (!status.success() && child.spec->may_fail && phase_ == Phase::kRunning) {
+      report("psrun: " + child.spec->label + " (pid " + std::to_string(child.pid) +
+             ") ended; the job goes on without it");
+      return;
+    }
     if (!status.success()) return fail_because(child);
     // A service that exits while workers still run fails the job even with status 0, unless the
     // workers all finish within service_grace: a scheduler that releases the workers from their

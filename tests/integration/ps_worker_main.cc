@@ -6,6 +6,11 @@
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
+//   ps_worker exact ... --pace-ms M                sleeps M ms after each round (a job that
+//                                                  lasts, for kills from outside)
+//   ps_worker exact ... --kill-server S --kill-after K
+//                                                  rank 0 SIGKILLs server S (a sibling under
+//                                                  psrun) with round K's push_pulls in flight
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
 //                                                  rerun resumes from the checkpoint
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
@@ -56,6 +61,8 @@ struct Args {
   std::string stop_file;
   std::string start_file;
   float max_norm = 0.f;     // clip: > 0 sets the optimizer through the API
+  int pace_ms = 0;          // exact: sleep after each round
+  int kill_server = -1;     // exact: rank 0 kills this server at --kill-after
   std::string attack_case;  // invariants: which one
 };
 
@@ -83,6 +90,10 @@ Args parse(int argc, char** argv) {
       a.start_file = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
+    else if (k == "--pace-ms")
+      a.pace_ms = std::stoi(v);
+    else if (k == "--kill-server")
+      a.kill_server = std::stoi(v);
     else if (k == "--sizes") {
       a.sizes.clear();
       for (std::size_t p = 0; p < v.size();) {
@@ -94,6 +105,41 @@ Args parse(int argc, char** argv) {
       fail("unknown option " + k);
   }
   return a;
+}
+
+// The pid of server `rank` of this job: a process started by the same psrun with PSRT_ROLE=server
+// and that PSRT_RANK in its environment.
+pid_t find_server(int rank) {
+  const std::string want_role = "PSRT_ROLE=server", want_rank = "PSRT_RANK=" + std::to_string(rank);
+  const pid_t psrun = ::getppid();
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::FILE* f = std::fopen((e.path() / "stat").c_str(), "r");
+    if (!f) continue;
+    int pid = 0, ppid = 0;
+    char state = 0;
+    const int got = std::fscanf(f, "%d %*s %c %d", &pid, &state, &ppid);
+    std::fclose(f);
+    if (got != 3 || ppid != psrun) continue;
+    std::FILE* env = std::fopen((e.path() / "environ").c_str(), "r");
+    if (!env) continue;
+    std::string all;
+    for (int c; (c = std::fgetc(env)) != EOF;)
+      all.push_back(static_cast<char>(c));
+    std::fclose(env);
+    bool role = false, rank_ok = false;
+    for (std::size_t p = 0; p < all.size();) {
+      const std::size_t q = all.find('\0', p);
+      const std::string var = all.substr(p, q == std::string::npos ? std::string::npos : q - p);
+      role = role || var == want_role;
+      rank_ok = rank_ok || var == want_rank;
+      if (q == std::string::npos) break;
+      p = q + 1;
+    }
+    if (role && rank_ok) return pid;
+  }
+  return -1;
 }
 
 float init_value(std::size_t i) {
@@ -145,12 +191,20 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
       hs.push_back(w.push_pull(k, g, weights[k]));
     }
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) {
+      const pid_t server = find_server(a.kill_server);
+      if (server <= 0) fail("server " + std::to_string(a.kill_server) + " not found under psrun");
+      std::printf("KILLING server %d (pid %d) in round %d\n", a.kill_server, server, t + 1);
+      std::fflush(stdout);
+      ::kill(server, SIGKILL);
+    }
     for (auto& h : hs)
       h.wait();
+    if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
-    if (a.kill_after == t + 1 && w.rank() == 0) {
+    if (a.kill_server < 0 && a.kill_after == t + 1 && w.rank() == 0) {
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
       std::raise(SIGKILL);

@@ -117,6 +117,7 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
+      {"PSRT_REPLICAS", std::to_string(a.replicas)},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
@@ -143,6 +144,7 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
     p.env = common;
     p.env.emplace_back("PSRT_ROLE", "server");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    p.may_fail = a.replicas > 1;  // its backup takes over
     if (placement) p.host = placement->servers[static_cast<std::size_t>(i)];
     job.services.push_back(std::move(p));
   }
@@ -179,6 +181,7 @@ psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& tra
   sc.num_servers = static_cast<std::uint32_t>(a.servers);
   sc.num_workers = static_cast<std::uint32_t>(a.workers);
   sc.partition_bytes = a.partition_bytes;
+  sc.replicas = static_cast<std::uint32_t>(a.replicas);
   sc.checkpoint_dir = a.checkpoint_dir;
   sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
   sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers) +

@@ -39,6 +39,7 @@ struct Args {
   SshFlags ssh;
   tools::EngineFlags engine;  // --mpirun-args, --srun-args
   int server_threads = 1;
+  int replicas = 1;  // --replicas: 2 keeps every slice on a backup server too
   std::string server_device = "cpu";
   std::vector<std::string> command;
 };

@@ -1,0 +1,72 @@
+// What a server keeps for replication (psrun --replicas 2) besides its slices: as a primary, the
+// connection to the server it replicates to (its backup) and the acknowledgements it waits for;
+// as a backup, the copies of other servers' slices, by the server they came from.
+//
+// Protocol (ps/protocol.h, "Server replicas"): after every update of a slice, and once for a
+// slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
+// workers' counters (REPLICATE_COMMIT); the backup makes them its copy at once, whole, and acks.
+// The primary answers no pull of that version before the ack, so a version a worker has seen is
+// on two servers. When the scheduler reports a server lost (REPLICA_SET), the server named to
+// take its slices turns its copies from the lost server into slices of its own (promotion) and
+// every server connects to the backup the scheduler names, sending it every slice it holds.
+//
+// Threads: the transport's progress thread receives copies and REPLICA_SET; pool threads send
+// after updates; `connector` connects to a new backup (a blocking handshake, never on the
+// progress thread). Lock order: the server's locks -> Replica::link_mu (a send under it) ->
+// the transport's locks; copies_mu is a leaf.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ps/replica_protocol.h"
+#include "ps/requests.h"
+#include "ps/server.h"
+
+namespace psrt::ps {
+
+struct Server::Replica {
+  Replica(std::shared_ptr<Endpoint> ep, transport::Transport& t, std::uint32_t rank,
+          std::chrono::milliseconds timeout)
+      : endpoint(std::move(ep)), transport(t), self_rank(rank), connect_timeout(timeout) {}
+  ~Replica() {
+    if (connector.joinable()) connector.join();
+  }
+
+  // Set by the constructor, constant after.
+  std::shared_ptr<Endpoint> endpoint;
+  transport::Transport& transport;
+  const std::uint32_t self_rank;
+  const std::chrono::milliseconds connect_timeout;
+
+  // Primary side. link_mu guards backup and backup_rank.
+  std::mutex link_mu;
+  std::shared_ptr<Peer> backup;  // null: this server replicates to nobody now
+  std::uint32_t backup_rank = kAnyRank;
+  Requests acks;          // REPLICATE_COMMIT → REPLICATE_ACK; thread-safe
+  std::thread connector;  // progress thread only (REPLICA_SET): joined before the next starts
+
+  // Backup side: the copy of one slice of another server. All fields: copies_mu.
+  struct Copy {
+    std::uint32_t source = kAnyRank;  // the server it came from
+    std::uint64_t key = 0, offset = 0, count = 0, total = 0;
+    std::uint32_t index = 0;
+    std::uint64_t version = 0;
+    std::vector<float> weights, momentum;
+    std::vector<ReplicaCount> counts;
+    bool committed = false;  // false until the first REPLICATE_COMMIT
+    // The parts of the version being received, made the copy by its commit.
+    std::vector<float> staged[2];
+    std::uint64_t staged_version[2] = {UINT64_MAX, UINT64_MAX};
+  };
+  std::mutex copies_mu;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, Copy> copies;
+};
+
+}  // namespace psrt::ps
