@@ -123,15 +123,15 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* Server replicas (psrun --replicas 2, ps/server_replica.h). */                                 \
   /* primary → backup: a slice's state after version `round`; part() 0: weights, 1: momentum */  \
   X(kReplicate, 33, "REPLICATE", kF32Data, 0, kServerToServer)                                     \
-  /* primary → backup: count ReplicaCounts; makes version `round` of the slice the backup's */    \
-  /* copy (with the REPLICATE parts of that version) → REPLICATE_ACK */                           \
+  /* primary → backup: count ReplicaCounts; makes version `round` of the slice the backup's */   \
+  /* copy (with the REPLICATE parts of that version) → REPLICATE_ACK */                          \
   X(kReplicateCommit, 34, "REPLICATE_COMMIT", kRecords, kReplicaCountBytes, kServerToServer)       \
   X(kReplicateAck, 35, "REPLICATE_ACK", kNone, 0, kServerToServer)                                 \
-  /* scheduler → server: lost_server(), promote_to(); payload: the address of the server this */  \
-  /* one replicates to (no line: none) → REPLICA_SET_ACK once connected and promoted */           \
+  /* scheduler → server: lost_server(), promote_to(), round = the rank of the server this one */ \
+  /* replicates to; payload its address (no line: none) → REPLICA_SET_ACK once promoted */       \
   X(kReplicaSet, 36, "REPLICA_SET", kBytes, 0, kSchedulerToServer)                                 \
   X(kReplicaSetAck, 37, "REPLICA_SET_ACK", kNone, 0, kServerToScheduler)                           \
-  /* scheduler → worker: the slices of server lost_server() are served by promote_to() now */      \
+  /* scheduler → worker: the slices of server lost_server() are served by promote_to() now */    \
   X(kRoute, 38, "ROUTE", kNone, 0, kSchedulerToWorker)
 
 enum class MsgType : std::uint8_t {

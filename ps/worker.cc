@@ -278,9 +278,9 @@ Worker::Impl::DataOp Worker::Impl::check_data_op(MsgType type, Key key, ConstBuf
   d.grad_cuda = d.sends_grad && grad.memory == MemoryType::kCuda;
   d.out_cuda = d.replies_weights && out.memory == MemoryType::kCuda;
   if (replicas_ > 1 && (d.grad_cuda || d.out_cuda))
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{} of key {}: with --replicas 2 the buffers must be host memory", d.op,
-                            key));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{} of key {}: with --replicas 2 the buffers must be host memory", d.op, key));
   d.grad_device = d.grad_cuda ? cuda_device_of(grad) : -1;
   d.out_device = d.out_cuda ? cuda_device_of(out) : -1;
   return d;

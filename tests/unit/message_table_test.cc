@@ -97,8 +97,8 @@ TEST(MessageTable, PermissionsMatrix) {
       return {M::kInit,       M::kSetOptimizer, M::kPush,        M::kPull,    M::kPushPull,
               M::kDeviceInfo, M::kPushIpc,      M::kPushPullIpc, M::kPullIpc, M::kError};
     if (receiver == R::kWorker && sender == R::kScheduler)
-      return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply,
-              M::kBarrierReply,  M::kShutdown,        M::kRoute,       M::kError};
+      return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
+              M::kShutdown,      M::kRoute,           M::kError};
     if (receiver == R::kWorker && sender == R::kServer)
       return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
               M::kDeviceInfoReply, M::kPullIpcReply,      M::kError};
