@@ -139,8 +139,7 @@ class ReplicaTest : public ::testing::TestWithParam<Mode> {
           if (!held) continue;
           ++primaries;
           auto copy = servers[1 - p]->server.copy(k, i);
-          ASSERT_TRUE(copy) << "key " << k << " slice " << i << " has no copy on server "
-                            << 1 - p;
+          ASSERT_TRUE(copy) << "key " << k << " slice " << i << " has no copy on server " << 1 - p;
           EXPECT_GE(held->version, min_version) << "key " << k << " slice " << i;
           EXPECT_EQ(copy->version, held->version) << "key " << k << " slice " << i;
           ASSERT_FALSE(held->momentum.empty()) << "momentum 0.9 keeps a buffer";
