@@ -56,7 +56,7 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
 }
 
 Server::~Server() {
-  if (replica_ && replica_->connector.joinable()) replica_->connector.join();
+  if (replica_) replica_->connector.stop();
   stop();
   if (trace_) std::fclose(trace_);
 }

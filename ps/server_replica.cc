@@ -273,8 +273,7 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   if (address.empty() || (same && lost == kAnyRank)) return ack();
   // Connecting (the handshake needs the progress thread) and sending every slice happen on the
   // connector thread; the scheduler hears back once they were sent.
-  if (replica_->connector.joinable()) replica_->connector.join();
-  replica_->connector = std::thread([this, addr = address[0], backup_rank, same, ack] {
+  (void)replica_->connector.push([this, addr = address[0], backup_rank, same, ack] {
     if (!same) {
       try {
         auto peer =

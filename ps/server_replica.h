@@ -12,19 +12,20 @@
 //
 // Threads: the transport's progress thread receives copies and REPLICA_SET; pool threads send
 // after updates; `connector` connects to a new backup (a blocking handshake, never on the
-// progress thread). Lock order: the server's locks -> Replica::link_mu (a send under it) ->
-// the transport's locks; copies_mu is a leaf.
+// progress thread) and sends it every slice. Lock order: the server's locks -> Replica::link_mu (a
+// send under it) -> the transport's locks; copies_mu is a leaf.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "base/work_queue.h"
 #include "ps/replica_protocol.h"
 #include "ps/requests.h"
 #include "ps/server.h"
@@ -35,9 +36,7 @@ struct Server::Replica {
   Replica(std::shared_ptr<Endpoint> ep, transport::Transport& t, std::uint32_t rank,
           std::chrono::milliseconds timeout)
       : endpoint(std::move(ep)), transport(t), self_rank(rank), connect_timeout(timeout) {}
-  ~Replica() {
-    if (connector.joinable()) connector.join();
-  }
+  ~Replica() { connector.stop(); }
 
   // Set by the constructor, constant after.
   std::shared_ptr<Endpoint> endpoint;
@@ -49,8 +48,9 @@ struct Server::Replica {
   std::mutex link_mu;
   std::shared_ptr<Peer> backup;  // null: this server replicates to nobody now
   std::uint32_t backup_rank = kAnyRank;
-  Requests acks;          // REPLICATE_COMMIT → REPLICATE_ACK; thread-safe
-  std::thread connector;  // progress thread only (REPLICA_SET): joined before the next starts
+  Requests acks;  // REPLICATE_COMMIT → REPLICATE_ACK; thread-safe
+  // Runs REPLICA_SET's work in order: connecting to a new backup, sending it every slice.
+  WorkQueue<std::function<void()>> connector{1, [](std::function<void()>& job) { job(); }};
 
   // Backup side: the copy of one slice of another server. All fields: copies_mu.
   struct Copy {

@@ -504,6 +504,7 @@ void Worker::Impl::on_peer_closed(ps::Peer& peer, const Status& why) {
   if (replicas_ > 1 && peer.role() == ps::Role::kServer) {
     // Its slices' backup takes over: the scheduler says which (ROUTE), and what this worker sent
     // it goes there again. The operations' own timeout bounds the wait.
+    server_closed(peer.rank());
     {
       std::lock_guard lock(state_mu_);
       if (closed_ || !ended_.empty()) return;  // this worker or the job is ending

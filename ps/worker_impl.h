@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -104,6 +105,10 @@ class Worker::Impl final : public ps::Handler {
                        const std::shared_ptr<detail::HandleState>& st);
   void on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id, const Status& status);
   void on_route(const ps::Header& h);
+  // Server `lost` was closed here: what was sent to it goes to `to`. Under route_mu_.
+  void reroute_locked(std::uint32_t lost, std::uint32_t to);
+  // Server `rank`'s connection closed here (replicas): a ROUTE waiting for it goes ahead.
+  void server_closed(std::uint32_t rank);
 
   WorkerOptions options_;
   std::shared_ptr<ps::Endpoint> endpoint_;
@@ -133,6 +138,11 @@ class Worker::Impl final : public ps::Handler {
   std::mutex route_mu_;  // guards owner_ and logs_; before the Requests' lock and sends
   std::vector<std::uint32_t> owner_;  // who serves each server's slices now
   std::map<std::pair<Key, std::uint32_t>, SliceLog> logs_;
+  // A ROUTE is applied only once the lost server's connection closed here, so that no reply of
+  // it arrives after its operations went elsewhere: ROUTEs waiting for that, and the servers
+  // whose connections closed. Guarded by route_mu_.
+  std::map<std::uint32_t, std::uint32_t> waiting_routes_;
+  std::set<std::uint32_t> closed_servers_;
 
   std::mutex layouts_mu_;
   std::map<Key, std::shared_ptr<const Layout>> layouts_;

@@ -103,8 +103,28 @@ void Worker::Impl::on_route(const Header& h) {
                    servers_.size());
     return;
   }
-  std::size_t resent = 0;
+  {
+    std::lock_guard lock(route_mu_);
+    if (closed_servers_.count(lost)) return reroute_locked(lost, to);
+    waiting_routes_[lost] = to;
+  }
+  // Declared lost while its connection here is open (silent past the timeout): closed now, and
+  // the ROUTE goes ahead once it is (server_closed).
+  servers_[lost]->close();
+}
+
+void Worker::Impl::server_closed(std::uint32_t rank) {
   std::lock_guard lock(route_mu_);
+  closed_servers_.insert(rank);
+  auto it = waiting_routes_.find(rank);
+  if (it == waiting_routes_.end()) return;
+  const std::uint32_t to = it->second;
+  waiting_routes_.erase(it);
+  reroute_locked(rank, to);
+}
+
+void Worker::Impl::reroute_locked(std::uint32_t lost, std::uint32_t to) {
+  std::size_t resent = 0;
   std::vector<bool> moved(servers_.size(), false);
   for (std::uint32_t i = 0; i < owner_.size(); ++i)
     if (owner_[i] == lost) {

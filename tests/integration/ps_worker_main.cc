@@ -8,7 +8,7 @@
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
 //   ps_worker exact ... --pace-ms M                sleeps M ms after each round (a job that
 //                                                  lasts, for kills from outside)
-//   ps_worker exact ... --kill-server S --kill-after K
+//   ps_worker exact|async ... --kill-server S --kill-after K
 //                                                  rank 0 SIGKILLs server S (a sibling under
 //                                                  psrun) with round K's push_pulls in flight
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
@@ -142,6 +142,15 @@ pid_t find_server(int rank) {
   return -1;
 }
 
+// SIGKILLs server `rank` of this job, in round t + 1 (its operations in flight).
+void kill_server(int rank, int t) {
+  const pid_t server = find_server(rank);
+  if (server <= 0) fail("server " + std::to_string(rank) + " not found under psrun");
+  std::printf("KILLING server %d (pid %d) in round %d\n", rank, server, t + 1);
+  std::fflush(stdout);
+  ::kill(server, SIGKILL);
+}
+
 float init_value(std::size_t i) {
   return static_cast<float>(i % 5);
 }
@@ -191,13 +200,7 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
       hs.push_back(w.push_pull(k, g, weights[k]));
     }
-    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) {
-      const pid_t server = find_server(a.kill_server);
-      if (server <= 0) fail("server " + std::to_string(a.kill_server) + " not found under psrun");
-      std::printf("KILLING server %d (pid %d) in round %d\n", a.kill_server, server, t + 1);
-      std::fflush(stdout);
-      ::kill(server, SIGKILL);
-    }
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) kill_server(a.kill_server, t);
     for (auto& h : hs)
       h.wait();
     if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
@@ -223,7 +226,9 @@ void each_push(psrt::Worker& w, const Args& a) {
   for (int t = 0; t < a.rounds; ++t) {
     // Uneven speeds, so that ssp's bound has something to hold back.
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * w.rank()));
-    w.push_pull(0, g, out).wait();
+    psrt::Handle h = w.push_pull(0, g, out);
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) kill_server(a.kill_server, t);
+    h.wait();
   }
   w.barrier();
   w.pull(0, out).wait();

@@ -89,6 +89,21 @@ TEST_P(ReplicaFault, KilledServerMidRoundLosesNoUpdate) {
   report_promotions(r, 1);
 }
 
+// Async: every push is an update of its own; the final weights hold each push exactly once.
+TEST_P(ReplicaFault, KilledServerInAsyncModeLosesNoPush) {
+  const int victim = GetParam();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 3 -s 2 --mode async --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) + " async --rounds 40 --kill-server " + std::to_string(victim) +
+          " --kill-after 10",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING server " + std::to_string(victim)), 1) << r.out;
+  EXPECT_EQ(r.count("PASS async"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server " + std::to_string(victim) + " lost"), 1) << r.out;
+  report_promotions(r, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Servers, ReplicaFault, ::testing::Values(0, 1));
 
 // Without replicas a lost server still stops the job, naming it.
