@@ -424,7 +424,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
     std::lock_guard lock(s.mu);
     arrived_locked(s);
     auto w = s.workers.find(rank);
-    if (w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
+    if (replica_ && w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
       // A push re-sent after its server was lost (replicas: round = the worker's push number on
       // the slice) that this slice already holds: acknowledged, not applied again.
       member = true;

@@ -348,6 +348,20 @@ TEST_F(LocalLauncherTest, ServiceExitingNonZeroWhileWorkersRunFailsAtOnce) {
   EXPECT_TRUE(no_children());
 }
 
+// A server of a job with replicas (ProcessSpec::may_fail): its end is reported, the job goes on.
+TEST_F(LocalLauncherTest, AServiceThatMayFailEndsWithoutStoppingTheJob) {
+  auto server = sh("server 0", record_pid("server.pid") + "kill -9 $$");
+  server.may_fail = true;
+  job_.services.push_back(server);
+  job_.workers.push_back(sh("worker 0", wait_for_files({"server.pid"}) + "sleep 0.3; exit 0"));
+
+  EXPECT_EQ(run_job(), 0);
+  const pid_t pid = wait_for_pid_file(dir_ / "server.pid");
+  EXPECT_EQ(err(), "psrun: server 0 (pid " + std::to_string(pid) +
+                       ") ended; the job goes on without it\n");
+  EXPECT_TRUE(no_children());
+}
+
 TEST_F(LocalLauncherTest, CommandNotFoundIsReportedAndStopsWhatStarted) {
   job_.services.push_back(sh("scheduler", "exec sleep 30"));
   job_.workers.push_back(
