@@ -528,8 +528,8 @@ void Scheduler::monitor() {
       if (p && now - std::max(p->last_seen(), resumed) > config_.heartbeat_timeout)
         silent.push_back(p);
     };
-    for (auto& s : servers_)
-      check(s);
+    for (const std::uint32_t live : live_servers_)  // a lost one (replicas) is not judged again
+      check(servers_[live]);
     for (auto& [r, w] : workers_)
       check(w);
     for (auto& p : silent) {
