@@ -261,14 +261,18 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
     peer->send(r);
   };
   bool same;
+  std::shared_ptr<Peer> old;
   {
     std::lock_guard lock(replica_->link_mu);
     same = backup_rank == replica_->backup_rank && replica_->backup;
     if (!same) {
-      replica_->backup.reset();
+      old = std::move(replica_->backup);
       replica_->backup_rank = kAnyRank;
     }
   }
+  // A backup given up (lost, perhaps only silent): its unanswered acknowledgements fail when the
+  // connection closes, so that the updates waiting on them go on.
+  if (old) old->close();
   // The same backup holds a copy of every slice here but those just promoted.
   if (address.empty() || (same && lost == kAnyRank)) return ack();
   // Connecting (the handshake needs the progress thread) and sending every slice happen on the

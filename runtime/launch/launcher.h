@@ -30,7 +30,7 @@ struct ProcessSpec {
   // (mpirun or srun running `psrun --role-from-env`, whose lines say role, rank and host).
   bool prefix_output = true;
   // A service the job survives losing (a server with --replicas 2: its backup takes over): its
-  // exit is reported on stderr, and the job goes on.
+  // exit is reported on stderr, and the job goes on (also once the workers are done).
   bool may_fail = false;
 };
 

@@ -243,7 +243,9 @@ class JobRun {
       maybe_workers_done();
       return;
     }
-    if (!status.success() && child.spec->may_fail && phase_ == Phase::kRunning) {
+    // A service the job survives losing: whether before or after the workers are done.
+    if (!status.success() && child.spec->may_fail &&
+        (phase_ == Phase::kRunning || phase_ == Phase::kDraining)) {
       report("psrun: " + child.spec->label + " (pid " + std::to_string(child.pid) +
              ") ended; the job goes on without it");
       return;

@@ -60,10 +60,11 @@ struct Args {
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
-  float max_norm = 0.f;     // clip: > 0 sets the optimizer through the API
-  int pace_ms = 0;          // exact: sleep after each round
-  int kill_server = -1;     // exact: rank 0 kills this server at --kill-after
-  std::string attack_case;  // invariants: which one
+  float max_norm = 0.f;       // clip: > 0 sets the optimizer through the API
+  int pace_ms = 0;            // exact: sleep after each round
+  int kill_server = -1;       // exact: rank 0 kills this server at --kill-after
+  int kill_signal = SIGKILL;  // the signal it sends; SIGSTOP: SIGCONT once the rounds are done
+  std::string attack_case;    // invariants: which one
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -94,6 +95,8 @@ Args parse(int argc, char** argv) {
       a.pace_ms = std::stoi(v);
     else if (k == "--kill-server")
       a.kill_server = std::stoi(v);
+    else if (k == "--kill-signal")
+      a.kill_signal = std::stoi(v);
     else if (k == "--sizes") {
       a.sizes.clear();
       for (std::size_t p = 0; p < v.size();) {
@@ -142,13 +145,15 @@ pid_t find_server(int rank) {
   return -1;
 }
 
-// SIGKILLs server `rank` of this job, in round t + 1 (its operations in flight).
-void kill_server(int rank, int t) {
+// Sends `sig` (SIGKILL, SIGSTOP) to server `rank` of this job in round t + 1 (its operations in
+// flight); returns its pid.
+pid_t kill_server(int rank, int t, int sig) {
   const pid_t server = find_server(rank);
   if (server <= 0) fail("server " + std::to_string(rank) + " not found under psrun");
-  std::printf("KILLING server %d (pid %d) in round %d\n", rank, server, t + 1);
+  std::printf("KILLING server %d (pid %d) in round %d with signal %d\n", rank, server, t + 1, sig);
   std::fflush(stdout);
-  ::kill(server, SIGKILL);
+  ::kill(server, sig);
+  return server;
 }
 
 float init_value(std::size_t i) {
@@ -193,6 +198,7 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
   Ctx start{n, first_round};
   for (auto& [k, v] : weights)
     check_all(v, k, "at the start", closed_form, &start);
+  pid_t stopped = -1;
   for (int t = first_round; t < a.rounds; ++t) {
     std::vector<psrt::Handle> hs;
     for (auto& [k, g] : grads) {
@@ -200,7 +206,8 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
       hs.push_back(w.push_pull(k, g, weights[k]));
     }
-    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) kill_server(a.kill_server, t);
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
+      stopped = kill_server(a.kill_server, t, a.kill_signal);
     for (auto& h : hs)
       h.wait();
     if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
@@ -213,6 +220,8 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
       std::raise(SIGKILL);
     }
   }
+  // A stopped server wakes up to find itself out of the job, and ends.
+  if (stopped > 0 && a.kill_signal == SIGSTOP) ::kill(stopped, SIGCONT);
 }
 
 // async / ssp: every push applied alone (scale 1), lr 1: final = init - rounds * sum_r (r+1).
@@ -223,13 +232,16 @@ void each_push(psrt::Worker& w, const Args& a) {
     v[i] = init_value(i);
   w.init(0, v);
   w.barrier();
+  pid_t stopped = -1;
   for (int t = 0; t < a.rounds; ++t) {
     // Uneven speeds, so that ssp's bound has something to hold back.
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * w.rank()));
     psrt::Handle h = w.push_pull(0, g, out);
-    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0) kill_server(a.kill_server, t);
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
+      stopped = kill_server(a.kill_server, t, a.kill_signal);
     h.wait();
   }
+  if (stopped > 0 && a.kill_signal == SIGSTOP) ::kill(stopped, SIGCONT);
   w.barrier();
   w.pull(0, out).wait();
   const int n = w.num_workers();

@@ -106,6 +106,29 @@ TEST_P(ReplicaFault, KilledServerInAsyncModeLosesNoPush) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, ReplicaFault, ::testing::Values(0, 1));
 
+// A server that stops answering (SIGSTOP) but keeps its connections open is declared lost after
+// PSRT_PEER_TIMEOUT_MS and replaced the same way; the workers close their connections to it, its
+// backup gives it up, and the rounds go on exactly. Woken at the end, it finds itself out of the
+// job and ends.
+TEST(ReplicaFaultSilent, ASilentServerIsReplacedAfterThePeerTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "PSRT_PEER_TIMEOUT_MS=1500",
+      "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 30 --kill-server 0 --kill-after 10 --kill-signal " +
+          std::to_string(SIGSTOP),
+      60s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server 0 lost: no heartbeat for 1500 ms"), 1) << r.out;
+  EXPECT_EQ(r.count("server 1 takes over its slices"), 1) << r.out;
+  EXPECT_GE(seconds, 1.5);
+  EXPECT_LT(seconds, 30.0);
+}
+
 // Without replicas a lost server still stops the job, naming it.
 TEST(ReplicaFaultOff, KilledServerStopsAJobWithoutReplicas) {
   const JobRun r = psrt::test::run_psrun_bounded(
