@@ -307,11 +307,7 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
   r.round = resume_round_;
   r.total = config_.replicas;
   if (auto c = credentials_.find(rank); c != credentials_.end()) ps::set_credential(r, c->second);
-  // A lost server's slices are its backup's: a worker joining later goes there for them.
-  std::vector<std::string> addresses;
-  for (std::uint32_t i = 0; i < server_addresses_.size(); ++i)
-    addresses.push_back(server_addresses_[owner_[i]]);
-  w.peer->send_bytes(r, ps::encode_lines(addresses));
+  w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
 }
 
 void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
