@@ -13,10 +13,12 @@
 // field below says which mutex guards it or which thread owns it.
 //
 // Lock order: sgd_mu_ -> slices_mu_ -> {members_mu_, Slice::mu} -> the transport's own locks
-// (a send). members_mu_ and a Slice::mu are never held together; inflight_mu_ and trace_mu_ are
-// leaves (nothing is locked under them); no server lock is held while an update is handed to the
-// pool or a job to the GPU reply thread. ThreadSanitizer (make test-sanitize, label tsan) checks
-// the order on every run of tests/unit/server_scheduler_test.cc (it reports an inversion).
+// (a send); with replicas, Replica::link_mu comes before a send and Replica::copies_mu is a leaf
+// (ps/server_replica.h). members_mu_ and a Slice::mu are never held together; inflight_mu_ and
+// trace_mu_ are leaves (nothing is locked under them); no server lock is held while an update is
+// handed to the pool or a job to the GPU reply thread. ThreadSanitizer (make test-sanitize, label
+// tsan) checks the order on every run of tests/unit/server_scheduler_test.cc (it reports an
+// inversion).
 //
 // The one access without a lock: an update writes a slice's weights and momentum without
 // Slice::mu. It may because next_update_locked() marks the slice busy only when no pull reply
