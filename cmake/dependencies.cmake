@@ -30,4 +30,7 @@ if(NOT PSRT_WITH_TORCH MATCHES "^(OFF|off|FALSE|0|NO)$")
 endif()
 psrt_resolve_feature(PSRT_WITH_TORCH "${_torch_found}" "libtorch-dev")
 
-message(STATUS "psrt features: UCX=${PSRT_HAVE_UCX} CUDA=${PSRT_HAVE_CUDA} TORCH=${PSRT_HAVE_TORCH}")
+include(cmake/python.cmake)
+
+message(STATUS "psrt features: UCX=${PSRT_HAVE_UCX} CUDA=${PSRT_HAVE_CUDA} TORCH=${PSRT_HAVE_TORCH} "
+               "PYTHON=${PSRT_HAVE_PYTHON}")

@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <functional>
@@ -22,6 +23,13 @@ void HandleState::complete_part(const Status& s) {
     --remaining;
   }
   cv.notify_all();
+}
+
+void HandleState::note_version(const ps::Header& reply) {
+  if (reply.type != ps::MsgType::kPullReply && reply.type != ps::MsgType::kPullIpcReply) return;
+  std::lock_guard lock(mu);
+  version = has_version ? std::min(version, reply.round) : reply.round;
+  has_version = true;
 }
 
 void HandleState::sent_part() {
@@ -60,6 +68,12 @@ bool Handle::wait_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
   std::unique_lock lock(state_->mu);
   return state_->cv.wait_for(lock, timeout, [&] { return state_->remaining <= 0; });
+}
+
+std::uint64_t Handle::version() const {
+  if (!state_) return 0;
+  std::lock_guard lock(state_->mu);
+  return state_->remaining <= 0 && state_->status.ok() ? state_->version : 0;
 }
 
 bool Handle::ready() const {
@@ -342,12 +356,13 @@ ps::Requests::Done reply_through_staging(const std::shared_ptr<detail::HandleSta
                                          ps::DeviceStaging* staging,
                                          const std::shared_ptr<device::PinnedMemory>& pinned,
                                          MutableBuffer dest) {
-  return [st, staging, pinned, dest](const Status& status, const ps::Header&,
+  return [st, staging, pinned, dest](const Status& status, const ps::Header& reply,
                                      std::span<const std::byte>) {
     if (!status.ok()) {
       staging->give(pinned);
       return st->complete_part(status);
     }
+    st->note_version(reply);
     try {
       staging->copy_then(dest.data, pinned->data(), dest.size,
                          [st, staging, pinned](const Status& copied) {
@@ -407,7 +422,9 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   const ConstBuffer src = d.src_of(s);
   MutableBuffer dest = d.dest_of(s);
 
-  ps::Requests::Done done = [st](const Status& status, const Header&, std::span<const std::byte>) {
+  ps::Requests::Done done = [st](const Status& status, const Header& reply,
+                                 std::span<const std::byte>) {
+    if (status.ok()) st->note_version(reply);
     st->complete_part(status);
   };
   if (plan.out_pinned) {

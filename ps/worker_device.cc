@@ -115,8 +115,9 @@ void Worker::Impl::send_ipc(ps::Peer& server, Header h, std::vector<device::IpcR
                                           : MsgType::kPullIpc;
   // The server reads the gradient in place until its update ran: "sent" only with the reply.
   const auto id = requests_.add(
-      server, what, [st](const Status& status, const Header&, std::span<const std::byte>) {
+      server, what, [st](const Status& status, const Header& reply, std::span<const std::byte>) {
         st->sent_part();
+        if (status.ok()) st->note_version(reply);
         st->complete_part(status);
       });
   h.request_id = id;

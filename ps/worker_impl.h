@@ -29,12 +29,16 @@ struct HandleState {
       : remaining(parts), unsent(parts), timeout(timeout), what(std::move(what)) {}
   void complete_part(const Status& s);
   void sent_part();  // one request's payload left the caller's buffer (or failed to)
+  // A slice's weights arrived with this reply: keeps the lowest slice version (Handle::version).
+  void note_version(const ps::Header& reply);
 
   std::mutex mu;
   std::condition_variable cv;
   int remaining;
   int unsent;
   Status status;
+  std::uint64_t version = 0;
+  bool has_version = false;
   const std::chrono::milliseconds timeout;
   const std::string what;
 };

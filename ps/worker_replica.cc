@@ -43,9 +43,10 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   auto id_cell = std::make_shared<std::uint64_t>(0);
   const auto id = requests_.add(
       *server, what,
-      [this, st, key, index, id_cell](const Status& status, const Header&,
+      [this, st, key, index, id_cell](const Status& status, const Header& reply,
                                       std::span<const std::byte>) {
         on_replicated_reply(key, index, *id_cell, status);
+        if (status.ok()) st->note_version(reply);
         st->complete_part(status);
       },
       dest);

@@ -12,6 +12,7 @@ packages=(
   libssl-dev
   clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   libtorch-dev zlib1g-dev dataset-fashion-mnist
+  python3-dev pybind11-dev python3-torch python3-numpy python3-pytest  # import psrt (python/)
   python3-matplotlib
   iproute2 openssh-server openssh-client
 )

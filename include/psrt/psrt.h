@@ -76,6 +76,10 @@ class Handle {
   bool sent() const;
   // Waits up to `timeout` for sent().
   bool wait_sent_for(std::chrono::milliseconds timeout) const;
+  // The version of the weights a completed pull or push_pull received: the number of updates
+  // the servers had applied to the key (in sync, its rounds; 0 = the initial value), the lowest
+  // over the key's slices. 0 for a push or an operation not complete (or failed).
+  std::uint64_t version() const;
 
  private:
   std::shared_ptr<detail::HandleState> state_;

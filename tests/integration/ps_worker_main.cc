@@ -2,7 +2,8 @@
 // worker API and checks exact results itself (integer-valued gradients, so every float sum is
 // exact). Prints "PASS <scenario> rank <r>" on success; exits 1 with a message on a mismatch.
 //
-//   ps_worker exact --rounds R [--sizes a,b,...]   sync, mean, lr 1: closed form every round
+//   ps_worker exact --rounds R [--sizes a,b,...]   sync, mean, lr 1: closed form every round,
+//                                                  and the version a pull returned = the round
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
@@ -183,8 +184,17 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     weights[k].resize(v.size());
     grads[k].resize(v.size());
   }
-  for (auto& [k, v] : weights)
-    w.pull(k, v).wait();
+  // The version a pull returns is the slices' update count: the round (a resumed job's too).
+  auto check_version = [](const psrt::Handle& h, std::size_t key, int round) {
+    if (h.version() != static_cast<std::uint64_t>(round))
+      fail("key " + std::to_string(key) + ": the pull returned version " +
+           std::to_string(h.version()) + ", expected round " + std::to_string(round));
+  };
+  for (auto& [k, v] : weights) {
+    psrt::Handle h = w.pull(k, v);
+    h.wait();
+    check_version(h, k, first_round);
+  }
   struct Ctx {
     int n, rounds;
   };
@@ -208,8 +218,10 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     }
     if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
       stopped = kill_server(a.kill_server, t, a.kill_signal);
-    for (auto& h : hs)
-      h.wait();
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      hs[i].wait();
+      check_version(hs[i], i, t + 1);
+    }
     if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)

@@ -1,0 +1,43 @@
+#include "python/errors.h"
+
+#include "psrt/error.h"
+
+namespace py = pybind11;
+
+namespace psrt::python {
+
+void bind_errors(py::module_& m) {
+  py::enum_<ErrorCode>(m, "ErrorCode", py::arithmetic(),
+                       "psrt::ErrorCode: why an operation failed (psrt.Error.code)")
+      .value("OK", ErrorCode::kOk)
+      .value("INVALID_ARGUMENT", ErrorCode::kInvalidArgument)
+      .value("UNSUPPORTED", ErrorCode::kUnsupported)
+      .value("CONNECTION_CLOSED", ErrorCode::kConnectionClosed)
+      .value("PEER_FAILED", ErrorCode::kPeerFailed)
+      .value("TIMEOUT", ErrorCode::kTimeout)
+      .value("PROTOCOL", ErrorCode::kProtocol)
+      .value("SYSTEM", ErrorCode::kSystem)
+      .value("TRANSPORT", ErrorCode::kTransport)
+      .value("CANCELLED", ErrorCode::kCancelled)
+      .value("INTERNAL", ErrorCode::kInternal)
+      .value("AUTHENTICATION", ErrorCode::kAuthentication)
+      .value("NOT_FOUND", ErrorCode::kNotFound);
+
+  // Created once and never freed: the translator below may run until the interpreter exits.
+  static auto* error_type = new py::exception<Error>(m, "Error");
+  error_type->doc() =
+      "An operation of psrt failed. str(e) names the server, key and cause as the C++ "
+      "psrt::Error does; e.code is the psrt.ErrorCode.";
+  error_type->attr("code") = ErrorCode::kInternal;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(error_type->ptr())(e.what());
+      exc.attr("code") = e.code();
+      PyErr_SetObject(error_type->ptr(), exc.ptr());
+    }
+  });
+}
+
+}  // namespace psrt::python

@@ -1,0 +1,200 @@
+#include "python/worker.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "psrt/psrt.h"
+#include "python/buffers.h"
+#include "python/handle.h"
+#include "runtime/env_contract.h"
+
+namespace py = pybind11;
+
+namespace psrt::python {
+namespace {
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+class PyWorker {
+ public:
+  PyWorker(Worker worker, std::chrono::milliseconds op_timeout)
+      : worker_(std::make_unique<Worker>(std::move(worker))), op_timeout_(op_timeout) {}
+  ~PyWorker() {
+    // Waits for the outstanding operations (bounded) before their tensors are released.
+    if (finalizing()) {
+      worker_.reset();
+    } else {
+      py::gil_scoped_release release;
+      worker_.reset();
+    }
+    in_flight_.take();
+  }
+
+  static std::unique_ptr<PyWorker> from_env() {
+    const auto op_timeout = runtime::env_ms("PSRT_OP_TIMEOUT_MS");
+    py::gil_scoped_release release;
+    return std::make_unique<PyWorker>(Worker::from_env(), op_timeout);
+  }
+  static std::unique_ptr<PyWorker> join(const WorkerOptions& o) {
+    py::gil_scoped_release release;
+    return std::make_unique<PyWorker>(Worker::join(o), o.op_timeout);
+  }
+
+  Worker& get() const {
+    if (!worker_)
+      throw Error(ErrorCode::kCancelled, "this psrt.Worker was shut down: join a new one");
+    return *worker_;
+  }
+
+  void init(Key key, py::handle value) {
+    Memory m = memory_of(value, Use::kValue, fmt::format("init(key {}): value", key));
+    const std::span<const float> floats(static_cast<const float*>(m.buffer.data), m.count);
+    py::gil_scoped_release release;
+    get().init(key, floats);
+  }
+
+  PyHandle push(Key key, py::handle grad) {
+    const std::string what = fmt::format("push(key {})", key);
+    Memory g = memory_of(grad, Use::kGradient, what + ": grad");
+    return start(what, {g.owner}, [&] { return get().push(key, g.buffer, g.type); });
+  }
+  PyHandle pull(Key key, py::handle out) {
+    const std::string what = fmt::format("pull(key {})", key);
+    Memory o = memory_of(out, Use::kWeights, what + ": out");
+    return start(what, {o.owner}, [&] { return get().pull(key, o.buffer); });
+  }
+  PyHandle push_pull(Key key, py::handle grad, py::handle out) {
+    const std::string what = fmt::format("push_pull(key {})", key);
+    Memory g = memory_of(grad, Use::kGradient, what + ": grad");
+    Memory o = memory_of(out, Use::kWeights, what + ": out");
+    return start(what, {g.owner, o.owner},
+                 [&] { return get().push_pull(key, g.buffer, g.type, o.buffer); });
+  }
+
+  void shutdown() {
+    if (!worker_) return;
+    {
+      py::gil_scoped_release release;
+      worker_->shutdown();
+    }
+    in_flight_.take();
+  }
+
+  template <typename Call>
+  PyHandle start(const std::string& what, std::vector<py::object> keep, Call&& call) {
+    in_flight_.sweep();
+    auto op = std::make_shared<Operation>();
+    op->what = what;
+    op->keep = std::move(keep);
+    {
+      py::gil_scoped_release release;
+      op->handle = call();
+    }
+    if (!op->over()) in_flight_.add(op);
+    return PyHandle(std::move(op), op_timeout_);
+  }
+
+  template <typename R, typename... A>
+  static auto blocking(R (Worker::*method)(A...)) {
+    return [method](PyWorker& self, A... args) {
+      Worker& w = self.get();
+      py::gil_scoped_release release;
+      return (w.*method)(args...);
+    };
+  }
+
+ private:
+  std::unique_ptr<Worker> worker_;
+  std::chrono::milliseconds op_timeout_;
+  InFlight in_flight_;
+};
+
+std::chrono::milliseconds ms(std::int64_t v) {
+  return std::chrono::milliseconds(v);
+}
+
+}  // namespace
+
+void bind_worker(py::module_& m) {
+  py::class_<PyWorker>(m, "Worker",
+                       "One worker of a psrt job (psrt::Worker). Every call takes tensors in "
+                       "place: torch.Tensor (CPU float32; gradients also float16/bfloat16) or a "
+                       "buffer-protocol object such as a NumPy array, never copied.")
+      .def_static("from_env", &PyWorker::from_env,
+                  "Joins the job described by the PSRT_* environment that psrun sets. Blocking.")
+      .def_static(
+          "join",
+          [](std::string scheduler, std::string transport, std::string secret, int rank,
+             std::int64_t op_timeout_ms, std::int64_t connect_timeout_ms, std::int64_t heartbeat_ms,
+             std::int64_t spin_us, bool cuda_ipc, bool secure) {
+            WorkerOptions o;
+            o.scheduler = std::move(scheduler);
+            o.transport = std::move(transport);
+            o.secret = std::move(secret);
+            o.rank = rank;
+            o.op_timeout = ms(op_timeout_ms);
+            o.connect_timeout = ms(connect_timeout_ms);
+            o.heartbeat = ms(heartbeat_ms);
+            o.spin = std::chrono::microseconds(spin_us);
+            o.cuda_ipc = cuda_ipc;
+            o.secure = secure;
+            return PyWorker::join(o);
+          },
+          py::kw_only(), py::arg("scheduler"), py::arg("transport"), py::arg("secret"),
+          py::arg("rank") = -1, py::arg("op_timeout_ms") = 300'000,
+          py::arg("connect_timeout_ms") = 30'000, py::arg("heartbeat_ms") = 1'000,
+          py::arg("spin_us") = 100, py::arg("cuda_ipc") = true, py::arg("secure") = false,
+          "Joins a job from explicit options (psrt::WorkerOptions). Blocking.")
+      .def_property_readonly("rank", [](const PyWorker& w) { return w.get().rank(); })
+      .def_property_readonly("num_workers", [](const PyWorker& w) { return w.get().num_workers(); })
+      .def_property_readonly("num_servers", [](const PyWorker& w) { return w.get().num_servers(); })
+      .def_property_readonly("resume_round",
+                             [](const PyWorker& w) { return w.get().resume_round(); })
+      .def(
+          "set_optimizer",
+          [](PyWorker& self, float lr, float momentum, float dampening, float weight_decay,
+             bool nesterov, float max_grad_norm, bool skip_nonfinite) {
+            const OptimizerConfig c{.lr = lr,
+                                    .momentum = momentum,
+                                    .dampening = dampening,
+                                    .weight_decay = weight_decay,
+                                    .nesterov = nesterov,
+                                    .max_grad_norm = max_grad_norm,
+                                    .skip_nonfinite = skip_nonfinite};
+            Worker& w = self.get();
+            py::gil_scoped_release release;
+            w.set_optimizer(c);
+          },
+          py::kw_only(), py::arg("lr") = 0.01f, py::arg("momentum") = 0.f,
+          py::arg("dampening") = 0.f, py::arg("weight_decay") = 0.f, py::arg("nesterov") = false,
+          py::arg("max_grad_norm") = 0.f, py::arg("skip_nonfinite") = false,
+          "Sets the servers' optimizer (torch.optim.SGD's parameters). Blocking; the same values "
+          "on every worker, before the first push.")
+      .def("set_learning_rate", PyWorker::blocking(&Worker::set_learning_rate), py::arg("lr"),
+           "The learning rate of the rounds of this worker's pushes from now on (0 = the "
+           "configured one). Non-blocking.")
+      .def("init", &PyWorker::init, py::arg("key"), py::arg("value"),
+           "Stores value (float32) as key's initial weights unless the key exists. Blocking.")
+      .def("push", &PyWorker::push, py::arg("key"), py::arg("grad"),
+           "Sends a gradient (float32, float16 or bfloat16) for key. Returns a Handle.")
+      .def("pull", &PyWorker::pull, py::arg("key"), py::arg("out"),
+           "Receives key's weights into out (float32), in place. Returns a Handle.")
+      .def("push_pull", &PyWorker::push_pull, py::arg("key"), py::arg("grad"), py::arg("out"),
+           "push + pull in one message per slice: out = the weights after the round that "
+           "includes grad. Returns a Handle.")
+      .def("barrier", PyWorker::blocking(&Worker::barrier),
+           "Blocks until every live worker has called barrier().")
+      .def("shutdown", &PyWorker::shutdown,
+           "Leaves the job: waits for outstanding operations (bounded). Idempotent.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyWorker& self, py::args) { self.shutdown(); });
+}
+
+}  // namespace psrt::python
