@@ -68,8 +68,9 @@ void Server::replicate(const Slice& s, std::uint64_t version, std::vector<Replic
   c.request_id = replica_->acks.add(
       *backup, what, [done, what](const Status& st, const Header&, std::span<const std::byte>) {
         // A backup lost now is the scheduler's to replace (REPLICA_SET); the slice goes on, its
-        // versions unreplicated until then.
-        if (!st.ok()) PSRT_LOG_WARN("{} not acknowledged: {}", what, st.message());
+        // versions unreplicated until then. The scheduler warns of a loss (INFO here: at the end
+        // of a job the servers' connections close in any order).
+        if (!st.ok()) PSRT_LOG_INFO("{} not acknowledged: {}", what, st.message());
         (*done)();
       });
   const auto id = c.request_id;
@@ -309,7 +310,7 @@ void Server::replica_peer_closed(Peer& peer, const Status& why) {
   replica_->acks.fail_peer(peer, why);
   std::lock_guard lock(replica_->link_mu);
   if (replica_->backup.get() == &peer) {
-    PSRT_LOG_WARN(
+    PSRT_LOG_INFO(
         "lost the backup server {}: {}; slices go on unreplicated until the scheduler "
         "names another",
         replica_->backup_rank, why.message());
