@@ -260,6 +260,8 @@ class Server final : public Handler {
   // without a backup, or once the backup is lost).
   void replicate(const Slice& s, std::uint64_t version, std::vector<ReplicaCount> counts,
                  std::function<void()> then);
+  struct Replication;
+  void send_replica(std::shared_ptr<Replication> r);
   void replicate_update(Update& u, std::uint64_t version);
   // Replicates `s` as it is now (busy meanwhile); at once (then()) when an update holds it.
   void replicate_slice(Slice& s, std::function<void()> then);

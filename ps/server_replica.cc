@@ -31,50 +31,65 @@ std::vector<ReplicaCount> Server::counts_locked(const Slice& s,
 
 void Server::replicate(const Slice& s, std::uint64_t version, std::vector<ReplicaCount> counts,
                        std::function<void()> then) {
+  // Copies: the primary goes on with its slice once the backup acknowledged, whatever the
+  // transport still does with these buffers (a lost backup's send may complete late).
+  auto state = std::make_shared<Replication>();
+  state->key = s.key;
+  state->index = s.index;
+  state->offset = s.offset;
+  state->count = s.count;
+  state->total = s.total;
+  state->version = version;
+  state->parts.push_back(s.weights);
+  if (!s.momentum.empty()) state->parts.push_back(s.momentum);
+  state->counts = encode_counts(counts);
+  state->then = std::move(then);
+  send_replica(std::move(state));
+}
+
+void Server::send_replica(std::shared_ptr<Replication> r) {
   std::shared_ptr<Peer> backup;
   {
     std::lock_guard lock(replica_->link_mu);
     backup = replica_->backup;
   }
-  if (!backup) return then();
-  // Copies: the primary goes on with its slice once the backup acknowledged, whatever the
-  // transport still does with these buffers (a lost backup's send may complete late).
-  auto parts = std::make_shared<std::vector<std::vector<float>>>();
-  parts->push_back(s.weights);
-  if (!s.momentum.empty()) parts->push_back(s.momentum);
-  for (std::uint32_t part = 0; part < parts->size(); ++part) {
+  // Sent to every backup in turn until one that is still this server's backup acknowledged it:
+  // a backup given up meanwhile (REPLICA_SET named another) never holds the slice for a
+  // promotion, and the new one may not have had it from its first snapshot (the slice was busy).
+  if (!backup || backup == r->sent_to) return r->then();
+  r->sent_to = backup;
+  for (std::uint32_t part = 0; part < r->parts.size(); ++part) {
     Header h;
     h.type = MsgType::kReplicate;
     h.dtype = WireType::kF32;
-    h.key = s.key;
-    h.offset = s.offset;
-    h.count = s.count;
-    h.total = s.total;
-    h.set_slice(s.index);
+    h.key = r->key;
+    h.offset = r->offset;
+    h.count = r->count;
+    h.total = r->total;
+    h.set_slice(r->index);
     h.set_part(part);
-    h.round = version;
-    ConstBuffer b{(*parts)[part].data(), s.count * sizeof(float)};
-    backup->send(h, {&b, 1}, [parts](const Status&) {});
+    h.round = r->version;
+    ConstBuffer b{r->parts[part].data(), r->count * sizeof(float)};
+    backup->send(h, {&b, 1}, [r](const Status&) {});
   }
   Header c;
   c.type = MsgType::kReplicateCommit;
-  c.key = s.key;
-  c.set_slice(s.index);
-  c.round = version;
-  c.count = counts.size();
-  auto done = std::make_shared<std::function<void()>>(std::move(then));
+  c.key = r->key;
+  c.set_slice(r->index);
+  c.round = r->version;
+  c.count = r->counts.size() / kReplicaCountBytes;
   const std::string what =
-      fmt::format("REPLICATE of key {} slice {} version {}", s.key, s.index, version);
+      fmt::format("REPLICATE of key {} slice {} version {}", r->key, r->index, r->version);
   c.request_id = replica_->acks.add(
-      *backup, what, [done, what](const Status& st, const Header&, std::span<const std::byte>) {
+      *backup, what, [this, r, what](const Status& st, const Header&, std::span<const std::byte>) {
         // A backup lost now is the scheduler's to replace (REPLICA_SET); the slice goes on, its
         // versions unreplicated until then. The scheduler warns of a loss (INFO here: at the end
         // of a job the servers' connections close in any order).
         if (!st.ok()) PSRT_LOG_INFO("{} not acknowledged: {}", what, st.message());
-        (*done)();
+        send_replica(r);  // to the backup named since, if any; else the slice goes on
       });
   const auto id = c.request_id;
-  backup->send_bytes(c, encode_counts(counts), [this, id](const Status& st) {
+  backup->send_bytes(c, r->counts, [this, id](const Status& st) {
     if (!st.ok()) replica_->acks.fail(id, st);
   });
 }

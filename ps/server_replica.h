@@ -69,4 +69,16 @@ struct Server::Replica {
   std::map<std::pair<std::uint64_t, std::uint32_t>, Copy> copies;
 };
 
+// One version of a slice on its way to the backup (Server::send_replica): the copies sent, and
+// what runs once a backup that is still this server's acknowledged it. Owned by the sends and
+// the acknowledgement's callback.
+struct Server::Replication {
+  std::uint64_t key = 0, offset = 0, count = 0, total = 0, version = 0;
+  std::uint32_t index = 0;
+  std::vector<std::vector<float>> parts;  // weights, then momentum when it has any
+  std::vector<std::byte> counts;          // encoded ReplicaCounts
+  std::shared_ptr<Peer> sent_to;          // the backup it went to last
+  std::function<void()> then;
+};
+
 }  // namespace psrt::ps
