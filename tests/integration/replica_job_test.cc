@@ -180,7 +180,7 @@ TEST(ReplicaChaos, RandomServerKillsKeepEveryUpdate) {
   std::vector<int> killed;
   for (int k = 0; k < kKills; ++k) {
     std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<int>(300, 800)(rng)));
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 600)(rng)));
     auto it = std::next(live.begin(), std::uniform_int_distribution<int>(
                                           0, static_cast<int>(live.size()) - 1)(rng));
     std::printf("killing server %d (pid %d)\n", it->first, it->second);
