@@ -256,10 +256,10 @@ class Server final : public Handler {
   // Under s.mu: every worker's counters once `consumed` (an update's ranks) are applied.
   static std::vector<ReplicaCount> counts_locked(const Slice& s,
                                                  const std::vector<std::uint32_t>& consumed);
-  // Sends version `version` of `s` to the backup; `then` runs once it acknowledged (at once
-  // without a backup, or once the backup is lost).
-  void replicate(const Slice& s, std::uint64_t version, std::vector<ReplicaCount> counts,
-                 std::function<void()> then);
+  // Sends version `version` of `s` (`weights`: where that version's weights are) to the backup;
+  // `then` runs once it acknowledged (at once without a backup, or once the backup is lost).
+  void replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
+                 std::vector<ReplicaCount> counts, std::function<void()> then);
   struct Replication;
   void send_replica(std::shared_ptr<Replication> r);
   void replicate_update(Update& u, std::uint64_t version);

@@ -29,8 +29,8 @@ std::vector<ReplicaCount> Server::counts_locked(const Slice& s,
   return counts;
 }
 
-void Server::replicate(const Slice& s, std::uint64_t version, std::vector<ReplicaCount> counts,
-                       std::function<void()> then) {
+void Server::replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
+                       std::vector<ReplicaCount> counts, std::function<void()> then) {
   // Copies: the primary goes on with its slice once the backup acknowledged, whatever the
   // transport still does with these buffers (a lost backup's send may complete late).
   auto state = std::make_shared<Replication>();
@@ -40,7 +40,7 @@ void Server::replicate(const Slice& s, std::uint64_t version, std::vector<Replic
   state->count = s.count;
   state->total = s.total;
   state->version = version;
-  state->parts.push_back(s.weights);
+  state->parts.emplace_back(weights.begin(), weights.end());
   if (!s.momentum.empty()) state->parts.push_back(s.momentum);
   state->counts = encode_counts(counts);
   state->then = std::move(then);
@@ -102,7 +102,8 @@ void Server::replicate_update(Update& u, std::uint64_t version) {
     counts = counts_locked(s, u.ranks);
   }
   auto held = std::make_shared<Update>(std::move(u));
-  replicate(s, version, std::move(counts),
+  // The weights the update wrote (the slice is busy: nothing else writes them).
+  replicate(s, s.weights, version, std::move(counts),
             [this, held, version] { finish_update(*held, version); });
 }
 
@@ -118,7 +119,7 @@ void Server::replicate_slice(Slice& s, std::function<void()> then) {
     counts = counts_locked(s, {});
     version = s.version;
   }
-  replicate(s, version, std::move(counts), [this, &s, then = std::move(then)] {
+  replicate(s, s.weights, version, std::move(counts), [this, &s, then = std::move(then)] {
     {
       std::lock_guard lock(s.mu);
       s.busy = false;
