@@ -19,6 +19,7 @@
 
 #define PSRT_SCRATCH_PREFIX "psrt_replica_job_test_"
 #include "tests/integration/job_runner.h"
+#include "transport/factory.h"
 
 namespace {
 
@@ -105,6 +106,23 @@ TEST_P(ReplicaFault, KilledServerInAsyncModeLosesNoPush) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, ReplicaFault, ::testing::Values(0, 1));
+
+// The same over UCX: the servers' links to their backups are UCX endpoints too.
+TEST(ReplicaFaultUcx, KilledServerMidRoundLosesNoUpdate) {
+  const auto backends = psrt::transport::available_backends();
+  if (std::find(backends.begin(), backends.end(), "ucx") == backends.end())
+    GTEST_SKIP() << "this build has no UCX backend";
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport ucx -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 30 --sizes 1,7,1000,4099 --kill-server 1 --kill-after 10",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server 1 lost"), 1) << r.out;
+  EXPECT_EQ(r.count("server 0 takes over its slices"), 1) << r.out;
+  report_promotions(r, 1);
+}
 
 // A server that stops answering (SIGSTOP) but keeps its connections open is declared lost after
 // PSRT_PEER_TIMEOUT_MS and replaced the same way; the workers close their connections to it, its
