@@ -9,6 +9,9 @@
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
 //   ps_worker exact ... --pace-ms M                sleeps M ms after each round (a job that
 //                                                  lasts, for kills from outside)
+//   ps_worker exact ... --push-then-pull 1         each round is PUSH then PULL (with
+//                                                  --kill-server: killed once the round is
+//                                                  applied, before the pulls)
 //   ps_worker exact|async ... --kill-server S --kill-after K
 //                                                  rank 0 SIGKILLs server S (a sibling under
 //                                                  psrun) with round K's push_pulls in flight
@@ -61,11 +64,12 @@ struct Args {
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
-  float max_norm = 0.f;       // clip: > 0 sets the optimizer through the API
-  int pace_ms = 0;            // exact: sleep after each round
-  int kill_server = -1;       // exact: rank 0 kills this server at --kill-after
-  int kill_signal = SIGKILL;  // the signal it sends; SIGSTOP: SIGCONT once the rounds are done
-  std::string attack_case;    // invariants: which one
+  float max_norm = 0.f;         // clip: > 0 sets the optimizer through the API
+  int pace_ms = 0;              // exact: sleep after each round
+  int kill_server = -1;         // exact: rank 0 kills this server at --kill-after
+  int kill_signal = SIGKILL;    // the signal it sends; SIGSTOP: SIGCONT once the rounds are done
+  bool push_then_pull = false;  // exact: PUSH, then PULL, instead of PUSH_PULL
+  std::string attack_case;      // invariants: which one
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -94,6 +98,8 @@ Args parse(int argc, char** argv) {
       a.max_norm = std::stof(v);
     else if (k == "--pace-ms")
       a.pace_ms = std::stoi(v);
+    else if (k == "--push-then-pull")
+      a.push_then_pull = v == "1";
     else if (k == "--kill-server")
       a.kill_server = std::stoi(v);
     else if (k == "--kill-signal")
@@ -214,10 +220,29 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     for (auto& [k, g] : grads) {
       for (std::size_t i = 0; i < g.size(); ++i)
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
-      hs.push_back(w.push_pull(k, g, weights[k]));
+      hs.push_back(a.push_then_pull ? w.push(k, g) : w.push_pull(k, g, weights[k]));
     }
-    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
+    const bool kill_now = a.kill_server >= 0 && a.kill_after == t + 1;
+    if (a.push_then_pull) {
+      // Every push acknowledged (received); after the barrier and a pause the round is applied
+      // and on the backup, and only then is the server killed: the pushes each worker still
+      // keeps for a re-send were applied already, and must not be applied again.
+      for (auto& h : hs)
+        h.wait();
+      if (kill_now) {
+        w.barrier();
+        if (w.rank() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          stopped = kill_server(a.kill_server, t, a.kill_signal);
+        }
+        w.barrier();
+      }
+      hs.clear();
+      for (auto& [k, v] : weights)
+        hs.push_back(w.pull(k, v));
+    } else if (kill_now && w.rank() == 0) {
       stopped = kill_server(a.kill_server, t, a.kill_signal);
+    }
     for (std::size_t i = 0; i < hs.size(); ++i) {
       hs[i].wait();
       check_version(hs[i], i, t + 1);

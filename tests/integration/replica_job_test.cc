@@ -105,6 +105,23 @@ TEST_P(ReplicaFault, KilledServerInAsyncModeLosesNoPush) {
   report_promotions(r, 1);
 }
 
+// PUSH then PULL, the server killed once the round was applied and replicated but before the
+// pulls: each worker re-sends its acknowledged push to the backup, which holds that round already
+// and must acknowledge the push without applying it again (a doubled update fails the check).
+TEST_P(ReplicaFault, APushReSentAfterItsRoundWasAppliedIsNotAppliedAgain) {
+  const int victim = GetParam();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 12 --sizes 1,7,1000,4099 --push-then-pull 1 --kill-server " +
+          std::to_string(victim) + " --kill-after 6",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server " + std::to_string(victim) + " lost"), 1) << r.out;
+  report_promotions(r, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Servers, ReplicaFault, ::testing::Values(0, 1));
 
 // The same over UCX: the servers' links to their backups are UCX endpoints too.
