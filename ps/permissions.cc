@@ -13,6 +13,7 @@ std::uint8_t route_of(Role receiver, Role sender) noexcept {
     case Role::kServer:
       return sender == Role::kScheduler ? kSchedulerToServer
              : sender == Role::kWorker  ? kWorkerToServer
+             : sender == Role::kServer  ? kServerToServer
                                         : 0;
     case Role::kWorker:
       return sender == Role::kScheduler ? kSchedulerToWorker

@@ -119,7 +119,20 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* one record: the output (f32) → PULL_IPC_REPLY */                                            \
   X(kPullIpc, 31, "PULL_IPC", kF32Ipc, kIpcRecordBytes, kWorkerToServer)                           \
   /* no payload: the weights are in the worker's output; round = slice version */                  \
-  X(kPullIpcReply, 32, "PULL_IPC_REPLY", kNone, 0, kServerToWorker)
+  X(kPullIpcReply, 32, "PULL_IPC_REPLY", kNone, 0, kServerToWorker)                                \
+  /* Server replicas (psrun --replicas 2, ps/server_replica.h). */                                 \
+  /* primary → backup: a slice's state after version `round`; part() 0: weights, 1: momentum */  \
+  X(kReplicate, 33, "REPLICATE", kF32Data, 0, kServerToServer)                                     \
+  /* primary → backup: count ReplicaCounts; makes version `round` of the slice the backup's */   \
+  /* copy (with the REPLICATE parts of that version) → REPLICATE_ACK */                          \
+  X(kReplicateCommit, 34, "REPLICATE_COMMIT", kRecords, kReplicaCountBytes, kServerToServer)       \
+  X(kReplicateAck, 35, "REPLICATE_ACK", kNone, 0, kServerToServer)                                 \
+  /* scheduler → server: lost_server(), promote_to(), round = the rank of the server this one */ \
+  /* replicates to; payload its address (no line: none) → REPLICA_SET_ACK once promoted */       \
+  X(kReplicaSet, 36, "REPLICA_SET", kBytes, 0, kSchedulerToServer)                                 \
+  X(kReplicaSetAck, 37, "REPLICA_SET_ACK", kNone, 0, kServerToScheduler)                           \
+  /* scheduler → worker: the slices of server lost_server() are served by promote_to() now */    \
+  X(kRoute, 38, "ROUTE", kNone, 0, kSchedulerToWorker)
 
 enum class MsgType : std::uint8_t {
 #define PSRT_PS_MESSAGE_ENUM(e, value, name, body, bytes, routes) e = value,
@@ -189,6 +202,15 @@ struct Header {
   // configured one.
   float learning_rate() const noexcept { return std::bit_cast<float>(arg1); }
   void set_learning_rate(float lr) noexcept { arg1 = std::bit_cast<std::uint32_t>(lr); }
+  // REPLICA_SET and ROUTE: the server that was lost (arg0; kAnyRank: none) and the one that
+  // serves its slices from now on (arg1; kAnyRank: none).
+  std::uint32_t lost_server() const noexcept { return arg0; }
+  void set_lost_server(std::uint32_t r) noexcept { arg0 = r; }
+  std::uint32_t promote_to() const noexcept { return arg1; }
+  void set_promote_to(std::uint32_t r) noexcept { arg1 = r; }
+  // arg1 of REPLICATE: which part of the slice's state the payload is (0 weights, 1 momentum).
+  std::uint32_t part() const noexcept { return arg1; }
+  void set_part(std::uint32_t p) noexcept { arg1 = p; }
   // arg1 of INIT_REPLY: this INIT stored its value (the first init of the key in the job).
   bool stored() const noexcept { return arg1 != 0; }
   void set_stored(bool stored) noexcept { arg1 = stored ? 1 : 0; }
@@ -221,6 +243,10 @@ struct SliceRecord {
   std::uint64_t count = 0;
 };
 inline constexpr std::size_t kSliceRecordBytes = 24;
+// One worker's counters on a replicated slice (REPLICATE_COMMIT record, 20 bytes): u32 rank,
+// u64 applied (its clock), u64 pushes (its pushes the replicated version consumed). Codec:
+// ps/replica_protocol.h.
+inline constexpr std::size_t kReplicaCountBytes = 20;
 std::vector<std::byte> encode_slices(std::span<const SliceRecord> slices);
 // Checks that the records tile [0, total) in order with servers below num_servers.
 Status decode_slices(std::span<const std::byte> bytes, std::uint64_t total,
@@ -284,8 +310,9 @@ enum Route : std::uint8_t {
   kWorkerToServer = 1u << 4,
   kSchedulerToWorker = 1u << 5,
   kServerToWorker = 1u << 6,
+  kServerToServer = 1u << 7,  // a primary and its backup (replicas)
   kEveryRoute = kServerToScheduler | kWorkerToScheduler | kSchedulerToServer | kWorkerToServer |
-                kSchedulerToWorker | kServerToWorker,
+                kSchedulerToWorker | kServerToWorker | kServerToServer,
 };
 
 // One row of the message table.

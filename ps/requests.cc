@@ -54,6 +54,15 @@ bool Requests::complete(const Peer& from, const Header& h, std::span<const std::
   return true;
 }
 
+bool Requests::rebind(std::uint64_t id, const Peer& peer) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return false;
+  it->second.peer_id = peer.id();
+  it->second.peer_name = peer.name();
+  return true;
+}
+
 void Requests::fail_peer(const Peer& peer, const Status& why) {
   std::vector<Entry> failed;
   {

@@ -36,6 +36,9 @@ class Requests {
   bool complete(const Peer& from, const Header& h, std::span<const std::byte> payload);
   // Fails every request waiting on `peer`, naming it, the request and `why`.
   void fail_peer(const Peer& peer, const Status& why);
+  // Moves a request to `peer` (server replicas: its server was lost and another answers it
+  // now); false when it already completed.
+  bool rebind(std::uint64_t id, const Peer& peer);
   // Fails one request (e.g. its send failed); false when it already completed.
   bool fail(std::uint64_t id, const Status& why);
   std::size_t size();

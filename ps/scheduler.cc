@@ -20,8 +20,18 @@ Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)), shards_(config_.num_servers, config_.partition_bytes) {
   if (config_.num_workers == 0)
     throw Error(ErrorCode::kInvalidArgument, "a job needs at least 1 worker");
+  if (config_.replicas < 1 || config_.replicas > 2 ||
+      (config_.replicas == 2 && config_.num_servers < 2))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--replicas {} with {} servers: replicas is 1 or 2, and 2 needs at "
+                            "least 2 servers",
+                            config_.replicas, config_.num_servers));
   servers_.resize(config_.num_servers);
   server_addresses_.resize(config_.num_servers);
+  for (std::uint32_t i = 0; i < config_.num_servers; ++i) {
+    live_servers_.insert(i);
+    owner_.push_back(i);
+  }
   if (!config_.checkpoint_dir.empty() && ps::read_manifest(config_.checkpoint_dir, shards_)) {
     const ps::ResumePoint point = ps::find_resume_round(config_.checkpoint_dir, shards_);
     for (const auto& skipped : point.skipped)
@@ -132,6 +142,7 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
     case MsgType::kHeartbeat:
       return;
     case MsgType::kMembershipAck:
+    case MsgType::kReplicaSetAck:
     case MsgType::kError:
       requests_.complete(peer, h, payload);
       return;
@@ -276,10 +287,15 @@ void Scheduler::admit_pending_locked() {
   }
   pending_workers_.clear();
   PSRT_LOG_INFO("rendezvous complete: {} servers, {} workers", servers_.size(), workers_.size());
-  change_members_locked([this, admitted] {
-    for (const auto& [w, rank] : admitted)
-      reply_register(w, rank);
-  });
+  auto admit = [this, admitted] {
+    change_members_locked([this, admitted] {
+      for (const auto& [w, rank] : admitted)
+        reply_register(w, rank);
+    });
+  };
+  // With replicas, every server reaches its backup before any worker may send it anything.
+  if (config_.replicas > 1) return configure_replicas_locked(ps::kAnyRank, ps::kAnyRank, admit);
+  admit();
 }
 
 void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
@@ -289,6 +305,7 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
   r.set_assigned_rank(rank);
   r.set_live_workers(static_cast<std::uint32_t>(workers_.size()));
   r.round = resume_round_;
+  r.total = config_.replicas;
   if (auto c = credentials_.find(rank); c != credentials_.end()) ps::set_credential(r, c->second);
   w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
 }
@@ -372,7 +389,7 @@ void Scheduler::start_next_change_locked() {
   for (const auto& [r, p] : workers_)
     members.push_back({r, credentials_.at(r)});
   auto body = ps::encode_members(members);
-  auto remaining = std::make_shared<std::size_t>(servers_.size());
+  auto remaining = std::make_shared<std::size_t>(live_servers_.size());
   auto on_ack = [this, remaining, then](const Status& acked, const Header&,
                                         std::span<const std::byte>) {
     Lock lock(mu_);
@@ -387,7 +404,8 @@ void Scheduler::start_next_change_locked() {
     if (!finished_) then();
     start_next_change_locked();
   };
-  for (auto& server : servers_) {
+  for (const std::uint32_t live : live_servers_) {
+    auto& server = servers_[live];
     Header m;
     m.type = MsgType::kMembership;
     m.count = members.size();
@@ -452,6 +470,7 @@ void Scheduler::on_peer_closed(ps::Peer& peer, const Status& why) {
   if (auto it = lost_why_.find(peer.id()); it != lost_why_.end()) reason = it->second;
   if (peer.role() == ps::Role::kServer) {
     if (peer.rank() < servers_.size() && servers_[peer.rank()].get() == &peer) {
+      if (lose_server_locked(peer.rank(), reason)) return;
       auto msg = fmt::format("{} lost: {}; stopping the job", peer.name(), reason);
       PSRT_LOG_ERROR("{}", msg);
       finish_locked(Status(ErrorCode::kPeerFailed, msg));
@@ -518,8 +537,8 @@ void Scheduler::monitor() {
       if (p && now - std::max(p->last_seen(), resumed) > config_.heartbeat_timeout)
         silent.push_back(p);
     };
-    for (auto& s : servers_)
-      check(s);
+    for (const std::uint32_t live : live_servers_)  // a lost one (replicas) is not judged again
+      check(servers_[live]);
     for (auto& [r, w] : workers_)
       check(w);
     for (auto& p : silent) {

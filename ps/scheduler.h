@@ -76,6 +76,9 @@ struct SchedulerConfig {
   std::size_t max_keys_per_worker = 65'536;
   std::size_t max_slices_per_worker = std::size_t{1} << 20;
   std::uint32_t max_control_per_sec = 100'000;
+  // psrun --replicas: 1, or 2 (every slice also on a backup server, which takes over when its
+  // server is lost; ps/scheduler_replicas.cc). 2 needs at least 2 servers.
+  std::uint32_t replicas = 1;
 };
 
 class Scheduler final : public ps::Handler {
@@ -117,6 +120,17 @@ class Scheduler final : public ps::Handler {
   void start_next_change_locked();
   void check_barrier_locked();
   void lose_worker_locked(std::uint32_t rank, const std::string& why);
+  // Server replicas (ps/scheduler_replicas.cc). The live server after `rank` in rank order
+  // (wrapping), kAnyRank when there is none but it.
+  std::uint32_t next_live_server_locked(std::uint32_t rank) const;
+  // REPLICA_SET to every live server: each replicates to the next live one; server `lost`'s
+  // slices are promoted on `promote_to` (kAnyRank: none). `then` runs once all acknowledged; a
+  // server that cannot take it stops the job.
+  void configure_replicas_locked(std::uint32_t lost, std::uint32_t promote_to,
+                                 std::function<void()> then);
+  // With replicas, a lost server's slices move to its backup and the job goes on: true. False
+  // when the job cannot go on without it (no replicas, before the rendezvous, no server left).
+  bool lose_server_locked(std::uint32_t rank, const std::string& why);
   void finish_locked(const Status& why);
   void monitor();
 
@@ -144,6 +158,10 @@ class Scheduler final : public ps::Handler {
   std::set<std::uint32_t> used_ranks_;
   ps::ShardMap shards_;
   std::uint64_t resume_round_ = 0;  // set by the constructor, constant after (read unlocked)
+  // Replicas: the servers not lost, and which live server serves the slices the shard map put
+  // on each server (owner_[i] == i until server i is lost).
+  std::set<std::uint32_t> live_servers_;
+  std::vector<std::uint32_t> owner_;
   std::map<std::uint64_t, std::string> lost_why_;  // peer id → reason it was closed
   // Per-peer quotas, by peer id (dropped when the peer closes).
   struct Quota {

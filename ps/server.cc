@@ -15,6 +15,7 @@
 #include "ps/job_checkpoint.h"
 #include "ps/protocol_kernels.h"
 #include "ps/server_device.h"
+#include "ps/server_replica.h"
 #include "ps/shard_map.h"
 
 namespace psrt::ps {
@@ -49,6 +50,7 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
 }
 
 Server::~Server() {
+  if (replica_) replica_->connector.stop();
   stop();
   if (trace_) std::fclose(trace_);
 }
@@ -180,6 +182,7 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
 }
 
 transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
+  if (peer.role() == Role::kServer) return place_replica(peer, h, size);
   InFlight in;
   if (h.type == MsgType::kInit) {
     if (peer.role() != Role::kWorker) throw refuse(ErrorCode::kProtocol, "INIT from a non-worker");
@@ -233,6 +236,7 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     if (node.empty()) throw refuse(ErrorCode::kInternal, "payload without a placement");
     return std::move(node.mapped());
   };
+  if (peer.role() == Role::kServer) return on_replica_message(peer, h, payload);
   switch (h.type) {
     case MsgType::kInit: {
       InFlight in = take();
@@ -276,6 +280,10 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       ack.request_id = h.request_id;
       return peer.send(ack);
     }
+    case MsgType::kReplicaSet:
+      if (peer.role() != Role::kScheduler)
+        throw refuse(ErrorCode::kProtocol, "REPLICA_SET from a non-scheduler");
+      return on_replica_set(peer, h, payload);
     default:
       if (peer.role() == Role::kScheduler && on_control) return on_control(h, payload);
       throw refuse(ErrorCode::kProtocol,
@@ -338,6 +346,9 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
     std::lock_guard lock(s->mu);
     r.round = s->version;
   }
+  // With replicas the stored value is on the backup before the worker hears of it.
+  if (stored && replica_)
+    return replicate_slice(*s, [p = peer.shared_from_this(), r] { p->send(r); });
   peer.send(r);
 }
 
@@ -408,7 +419,15 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
     std::lock_guard lock(s.mu);
     arrived_locked(s);
     auto w = s.workers.find(rank);
-    if (w != s.workers.end()) {
+    if (replica_ && w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
+      // A push re-sent after its server was lost (replicas: round = the worker's push number on
+      // the slice) that this slice already holds: acknowledged, not applied again.
+      member = true;
+      if (in.grad.reusable() && s.free.size() < s.workers.size() + 2)
+        s.free.push_back(std::move(in.grad));
+      if (h.type == MsgType::kPushPull)
+        s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, h.round});
+    } else if (w != s.workers.end()) {
       member = true;
       w->second.queued.push_back(std::move(in.grad));
       w->second.received++;
@@ -623,9 +642,16 @@ void Server::run_update(Update& u) {
   // Workers would go on from weights that miss this round: the job must not end as a success.
   if (!bad.empty())
     stop_job(Status(ErrorCode::kInternal, "an update could not be applied: " + bad));
+  const bool written = bad.empty() && !result.skipped;
+  if (replica_ && bad.empty()) return replicate_update(u, version, written);
+  finish_update(u, version, written);
+}
+
+void Server::finish_update(Update& u, std::uint64_t version, bool written) {
+  Slice& s = *u.slice;
   {
     std::lock_guard lock(s.mu);
-    publish_weights_locked(s, u, bad.empty() && !result.skipped);
+    publish_weights_locked(s, u, written);
     s.version = version;
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
@@ -742,6 +768,7 @@ void Server::on_peer_closed(Peer& peer, const Status& why) {
     std::lock_guard lock(in.slice->mu);
     arrived_locked(*in.slice);
   }
+  replica_peer_closed(peer, why);
   if (peer.role() == Role::kScheduler)
     stop_job(Status(ErrorCode::kPeerFailed, "lost the scheduler: " + why.message()));
 }

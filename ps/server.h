@@ -16,11 +16,12 @@
 // field below says which mutex guards it or which thread owns it.
 //
 // Lock order: sgd_mu_ -> slices_mu_ -> {members_mu_, Slice::mu} -> the transport's own locks
-// (a send). members_mu_ and a Slice::mu are never held together; inflight_mu_ and trace_mu_ are
-// leaves (nothing is locked under them); no server lock is held while an update is handed to the
-// pool or runs inline (run_inline), or a job goes to the GPU reply thread. ThreadSanitizer (make
-// test-sanitize, label tsan) checks the order on every run of tests/unit/server_scheduler_test.cc
-// (it reports an inversion).
+// (a send); with replicas, Replica::link_mu comes before a send and Replica::copies_mu is a leaf
+// (ps/server_replica.h). members_mu_ and a Slice::mu are never held together; inflight_mu_ and
+// trace_mu_ are leaves (nothing is locked under them); no server lock is held while an update is
+// handed to the pool or runs inline (run_inline), or a job goes to the GPU reply thread.
+// ThreadSanitizer (make test-sanitize, label tsan) checks the order on every run of
+// tests/unit/server_scheduler_test.cc (it reports an inversion).
 //
 // The one access without a lock: an update writes a slice's weights (or its spare buffer) and
 // momentum without Slice::mu. It may because next_update_locked() marks the slice busy only when
@@ -30,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -53,6 +55,8 @@
 #include "ps/endpoint.h"
 
 namespace psrt::ps {
+
+struct ReplicaCount;  // ps/replica_protocol.h
 
 struct ServerConfig {
   Mode mode = Mode::kSync;
@@ -93,6 +97,20 @@ class Server final : public Handler {
   // server it picks how gradients reach the device and how pulls leave it, and logs that choice.
   // Returns the line it logged (empty for a cpu server).
   std::string set_transport(const transport::Transport& t);
+
+  // Server replicas (psrun --replicas 2, ps/server_replica.h): this server replicates its
+  // slices to the backup the scheduler names (REPLICA_SET) and keeps copies of other servers'
+  // slices. Call before the transport delivers anything; `t` and the endpoint outlive the server.
+  void enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
+                       std::uint32_t self_rank, std::chrono::milliseconds connect_timeout);
+  // A slice's state, for tests: as held here (a slice this server serves), or as this server's
+  // copy of another server's slice (replicas). Empty when it has none.
+  struct SliceView {
+    std::uint64_t version = 0;
+    std::vector<float> weights, momentum;
+  };
+  std::optional<SliceView> held(std::uint64_t key, std::uint32_t index);
+  std::optional<SliceView> copy(std::uint64_t key, std::uint32_t index);
 
   // A worker's HELLO rank must be a live member, and its AUTH must prove that member's
   // credential (from MEMBERSHIP).
@@ -270,6 +288,31 @@ class Server final : public Handler {
   // when the slice is large, the server has --server-threads to spare (fewer updates running
   // than threads) and no pre-pass needs the whole slice; else on this thread alone.
   kernels::StepResult apply_host_update(const kernels::SliceUpdate& k, const OptimizerConfig& cfg);
+  // The update's bookkeeping once its version is in the weights (and, with replicas, on the
+  // backup): counters, the slice no longer busy, waiting pulls served.
+  // `written`: the update wrote new weights (a skipped step or a failed one did not).
+  void finish_update(Update& u, std::uint64_t version, bool written);
+  // Server replicas (ps/server_replica.cc).
+  struct Replica;
+  // Under s.mu: every worker's counters once `consumed` (an update's ranks) are applied.
+  static std::vector<ReplicaCount> counts_locked(const Slice& s,
+                                                 const std::vector<std::uint32_t>& consumed);
+  // Sends version `version` of `s` (`weights`: where that version's weights are) to the backup;
+  // `then` runs once it acknowledged (at once without a backup, or once the backup is lost).
+  void replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
+                 std::vector<ReplicaCount> counts, std::function<void()> then);
+  struct Replication;
+  void send_replica(std::shared_ptr<Replication> r);
+  void replicate_update(Update& u, std::uint64_t version, bool written);
+  // Replicates `s` as it is now (busy meanwhile); at once (then()) when an update holds it.
+  void replicate_slice(Slice& s, std::function<void()> then);
+  transport::Placement place_replica(Peer& peer, const Header& h, std::size_t size);
+  void on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload);
+  // Makes the copies from server `lost` slices of this server; returns how many.
+  std::size_t promote(std::uint32_t lost);
+  void replica_peer_closed(Peer& peer, const Status& why);
+
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
 
@@ -300,7 +343,10 @@ class Server final : public Handler {
   // Parts of a large slice's update (apply_host_update): threads - 1 threads, with --server-threads
   // > 1 on a cpu server, else null. Its items take no lock. Before pool_: outlives its users.
   std::unique_ptr<WorkQueue<std::function<void()>>> splitter_;
-  std::atomic<int> updates_running_{0};      // run_update calls in progress
+  std::atomic<int> updates_running_{0};  // run_update calls in progress
+
+  std::unique_ptr<Replica> replica_;  // null without replicas; set before serving, constant after
+
   std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };
 

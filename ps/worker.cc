@@ -112,6 +112,7 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
     endpoint_->set_credential(ps::credential_of(reply.header));  // proven to every server
     num_workers_ = static_cast<int>(reply.header.live_workers());
     resume_round_ = reply.header.round;
+    replicas_ = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, reply.header.total));
     scheduler_->set_rank(0);
     std::vector<std::string> addresses;
     if (Status s = ps::decode_lines(reply.payload, addresses); !s.ok() || addresses.empty())
@@ -120,6 +121,8 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
       servers_.push_back(endpoint_->connect(*transport_, addresses[i], rank_, ps::Role::kServer,
                                             static_cast<std::uint32_t>(i),
                                             options_.connect_timeout));
+    for (std::uint32_t i = 0; i < servers_.size(); ++i)
+      owner_.push_back(i);
   } catch (...) {
     transport_->shutdown();
     throw;
@@ -288,6 +291,10 @@ Worker::Impl::DataOp Worker::Impl::check_data_op(MsgType type, Key key, ConstBuf
   // CUDA buffers are checked whole before any slice leaves, so a bad one sends nothing.
   d.grad_cuda = d.sends_grad && grad.memory == MemoryType::kCuda;
   d.out_cuda = d.replies_weights && out.memory == MemoryType::kCuda;
+  if (replicas_ > 1 && (d.grad_cuda || d.out_cuda))
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{} of key {}: with --replicas 2 the buffers must be host memory", d.op, key));
   d.grad_device = d.grad_cuda ? cuda_device_of(grad) : -1;
   d.out_device = d.out_cuda ? cuda_device_of(out) : -1;
   return d;
@@ -407,6 +414,8 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   h.total = d.layout->total;
   h.set_slice(s.index);
   if (d.type == MsgType::kPush || d.type == MsgType::kPushPull) h.set_learning_rate(lr);
+  if (replicas_ > 1)
+    return send_replicated(s, h, d.sends_grad ? d.src_of(s) : ConstBuffer{}, d.dest_of(s), st);
   auto& server = *servers_[s.server];
   const std::string what = fmt::format("{} of key {} slice {}", d.op, d.key, s.index);
   if (plan.ipc) return send_ipc(server, h, std::move(plan.records), st, what);
@@ -490,6 +499,7 @@ transport::Placement Worker::Impl::place(ps::Peer&, const Header& h, std::size_t
 
 void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
                               const transport::Placement&) {
+  if (h.type == MsgType::kRoute && peer.role() == ps::Role::kScheduler) return on_route(h);
   if (h.type == MsgType::kShutdown) {
     std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
     if (h.shutdown_code() != ErrorCode::kOk)
@@ -508,6 +518,18 @@ void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const s
 }
 
 void Worker::Impl::on_peer_closed(ps::Peer& peer, const Status& why) {
+  if (replicas_ > 1 && peer.role() == ps::Role::kServer) {
+    // Its slices' backup takes over: the scheduler says which (ROUTE), and what this worker sent
+    // it goes there again. The operations' own timeout bounds the wait.
+    server_closed(peer.rank());
+    {
+      std::lock_guard lock(state_mu_);
+      if (closed_ || !ended_.empty()) return;  // this worker or the job is ending
+    }
+    PSRT_LOG_WARN("lost {}: {}; its operations wait for the server that takes over its slices",
+                  peer.name(), why.message());
+    return;
+  }
   requests_.fail_peer(peer, why);
 }
 

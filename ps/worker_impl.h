@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -98,6 +100,19 @@ class Worker::Impl final : public ps::Handler {
   void send_ipc(ps::Peer& server, ps::Header h, std::vector<device::IpcRecord> records,
                 const std::shared_ptr<detail::HandleState>& st, const std::string& what);
   void stop_staging();
+  // Server replicas (ps/worker_replica.cc): with --replicas 2 every slice operation goes to the
+  // server that owns the slice now and is kept until the job no longer needs it (a push until a
+  // pull of the slice answered after it), so that ROUTE can re-send it to the backup that took
+  // over a lost server's slices.
+  // `src`: the slice's gradient or init value (empty for PULL), `dest`: where its reply lands.
+  void send_replicated(const ps::SliceRecord& s, ps::Header h, ConstBuffer src, MutableBuffer dest,
+                       const std::shared_ptr<detail::HandleState>& st);
+  void on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id, const Status& status);
+  void on_route(const ps::Header& h);
+  // Server `lost` was closed here: what was sent to it goes to `to`. Under route_mu_.
+  void reroute_locked(std::uint32_t lost, std::uint32_t to);
+  // Server `rank`'s connection closed here (replicas): a ROUTE waiting for it goes ahead.
+  void server_closed(std::uint32_t rank);
 
   WorkerOptions options_;
   std::shared_ptr<ps::Endpoint> endpoint_;
@@ -109,6 +124,29 @@ class Worker::Impl final : public ps::Handler {
   int num_workers_ = 0;
   std::uint64_t resume_round_ = 0;
   std::atomic<std::uint32_t> lr_bits_{0};  // stamped on every push: 0 = the configured rate
+
+  std::uint32_t replicas_ = 1;  // from the REGISTER reply; constant after the constructor
+  // One operation sent on a replicated slice, kept for a re-send.
+  struct Sent {
+    std::uint64_t id = 0;    // its request; 0 once a PUSH was acknowledged (kept until pulled)
+    std::uint64_t seq = 0;   // PUSH, PUSH_PULL: its push number on the slice (header round)
+    std::uint64_t upto = 0;  // the slice's push count when it was sent
+    ps::Header header;
+    std::shared_ptr<std::vector<std::byte>> payload;  // a copy of the gradient or init value
+  };
+  struct SliceLog {
+    std::uint32_t shard = 0;  // the server the shard map placed the slice on
+    std::uint64_t pushes = 0;
+    std::deque<Sent> sent;
+  };
+  std::mutex route_mu_;  // guards owner_ and logs_; before the Requests' lock and sends
+  std::vector<std::uint32_t> owner_;  // who serves each server's slices now
+  std::map<std::pair<Key, std::uint32_t>, SliceLog> logs_;
+  // A ROUTE is applied only once the lost server's connection closed here, so that no reply of
+  // it arrives after its operations went elsewhere: ROUTEs waiting for that, and the servers
+  // whose connections closed. Guarded by route_mu_.
+  std::map<std::uint32_t, std::uint32_t> waiting_routes_;
+  std::set<std::uint32_t> closed_servers_;
 
   std::mutex layouts_mu_;
   std::map<Key, std::shared_ptr<const Layout>> layouts_;

@@ -62,6 +62,8 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_CHECKPOINT_DIR", "", "scheduler, server", "checkpoint directory (empty = none)"},
       {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
+      {"PSRT_REPLICAS", "1", "scheduler, server",
+       "1 | 2: every slice also on a backup server (psrun --replicas)"},
       {"PSRT_SERVER_DEVICE", "cpu", "server",
        "cpu | cuda | cuda:N: where slices live and updates run"},
       {"PSRT_BIND", "", "psrun",

@@ -16,6 +16,7 @@ ps::SchedulerConfig scheduler_config_from_env(const std::string& listen,
   sc.num_workers = static_cast<std::uint32_t>(env_int("PSRT_NUM_WORKERS", 1, 1 << 20));
   sc.partition_bytes = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
   sc.checkpoint_dir = env_string("PSRT_CHECKPOINT_DIR");
+  sc.replicas = static_cast<std::uint32_t>(env_int("PSRT_REPLICAS", 1, 2));
   sc.heartbeat_timeout = env_ms("PSRT_PEER_TIMEOUT_MS");
   if (env_string("PSRT_ON_WORKER_LOSS") == "continue")
     sc.worker_loss = ps::SchedulerConfig::WorkerLoss::kContinue;

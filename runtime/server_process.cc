@@ -175,6 +175,8 @@ int run_server_from_env() {
   const transport::Options topts = server_transport_options(partition, admission, secret);
   auto transport = transport::create_transport(env_string("PSRT_TRANSPORT"), endpoint, topts);
   server.set_transport(*transport);
+  if (env_int("PSRT_REPLICAS", 1, 2) > 1)
+    server.enable_replicas(endpoint, *transport, rank, topts.connect_timeout);
   const auto address =
       transport->listen(transport::join_address(listen_host_from_env(scheduler_addr), 0));
   scheduler = endpoint->connect(*transport, scheduler_addr, rank, ps::Role::kScheduler, 0,

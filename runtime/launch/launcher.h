@@ -32,6 +32,10 @@ struct ProcessSpec {
   // Non-empty: the process is bound to these CPUs (OS indexes) before exec (sched_setaffinity);
   // psrun's placement (runtime/placement/) fills it for processes on this host.
   std::vector<int> cpus{};
+  // A process the job survives losing: a server with --replicas 2 (its backup takes over), a
+  // worker with --on-worker-loss continue (the rounds go on with the others). Its failure is
+  // reported on stderr and the job goes on; a job whose workers all failed fails all the same.
+  bool may_fail = false;
 };
 
 struct JobSpec {
@@ -48,10 +52,6 @@ struct JobSpec {
   // failed (`why` is the line psrun reports, without "psrun: ") or psrun got a signal. psrun uses
   // it to stop the scheduler with that reason, so every process gets SHUTDOWN naming it.
   std::function<void(const std::string& why)> on_stopping;
-  // psrun --on-worker-loss continue: a worker that exits non-zero or by a signal is reported
-  // ("...; the job goes on without it") and the job goes on; it fails only when every worker
-  // failed. The job's status is 0 when the others exit 0.
-  bool workers_may_fail = false;
   // Between SIGTERM and SIGKILL when stopping processes.
   std::chrono::milliseconds kill_grace{3'000};
 };

@@ -238,7 +238,7 @@ class JobRun {
     if (phase_ == Phase::kStopping || phase_ == Phase::kKilling) return;
     const ExitStatus& status = *child.exit;
     if (child.worker) {
-      if (!status.success() && !job_.workers_may_fail) return fail_because(child);
+      if (!status.success() && !child.spec->may_fail) return fail_because(child);
       if (!status.success()) {
         if (++workers_failed_ == job_.workers.size()) return fail_because(child);
         report("psrun: " + child.who() + " " + detail::describe(status) +
@@ -247,6 +247,13 @@ class JobRun {
       }
       ++workers_succeeded_;
       maybe_workers_done();
+      return;
+    }
+    // A service the job survives losing: whether before or after the workers are done.
+    if (!status.success() && child.spec->may_fail &&
+        (phase_ == Phase::kRunning || phase_ == Phase::kDraining)) {
+      report("psrun: " + child.spec->label + " (pid " + std::to_string(child.pid) +
+             ") ended; the job goes on without it");
       return;
     }
     if (!status.success()) return fail_because(child);
@@ -409,7 +416,7 @@ class JobRun {
   Clock::time_point deadline_{};
   std::optional<std::size_t> early_service_;  // the first service to exit 0 during kRunning
   std::size_t workers_succeeded_ = 0;
-  std::size_t workers_failed_ = 0;  // JobSpec::workers_may_fail: workers that failed
+  std::size_t workers_failed_ = 0;  // workers that failed (ProcessSpec::may_fail)
   int result_ = 0;
   bool finished_ = false;
   bool stopping_notified_ = false;

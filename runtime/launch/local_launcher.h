@@ -30,7 +30,8 @@ namespace psrt::runtime {
 //    as they do, and may be seen to exit first). Exactly one line on err_fd says which process:
 //    "psrun: server 0 (pid 1234) exited with status 0; stopping the job". The rest get SIGTERM,
 //    then SIGKILL after kill_grace. run() returns 1, or 128+signal after a forwarded signal.
-//  - With job.workers_may_fail, a worker that fails is reported ("psrun: worker 2 (pid 1234) was
+//  - A worker whose ProcessSpec::may_fail is set and that fails is reported ("psrun: worker 2 (pid
+//  1234) was
 //    killed by signal 9 (SIGKILL); the job goes on without it (--on-worker-loss continue)")
 //    and the rest go on; "every worker exited 0" below then means every worker that did not
 //    fail, and the job fails as above only when the last worker fails.

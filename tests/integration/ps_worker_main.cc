@@ -11,6 +11,14 @@
 //                                                  continue: rank 2 SIGKILLs itself after K
 //                                                  rounds; ranks 0, 1 check every round against
 //                                                  the closed form of the ranks live in it
+//   ps_worker exact ... --pace-ms M                sleeps M ms after each round (a job that
+//                                                  lasts, for kills from outside)
+//   ps_worker exact ... --push-then-pull 1         each round is PUSH then PULL (with
+//                                                  --kill-server: killed once the round is
+//                                                  applied, before the pulls)
+//   ps_worker exact|async ... --kill-server S --kill-after K
+//                                                  rank 0 SIGKILLs server S (a sibling under
+//                                                  psrun) with round K's push_pulls in flight
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
 //     [--request-round Q]                          rerun resumes from the checkpoint; rank 0
 //                                                  asks for one of round Q at the start
@@ -63,8 +71,12 @@ struct Args {
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
-  float max_norm = 0.f;     // clip: > 0 sets the optimizer through the API
-  std::string attack_case;  // invariants: which one
+  float max_norm = 0.f;         // clip: > 0 sets the optimizer through the API
+  int pace_ms = 0;              // exact: sleep after each round
+  int kill_server = -1;         // exact: rank 0 kills this server at --kill-after
+  int kill_signal = SIGKILL;    // the signal it sends; SIGSTOP: SIGCONT once the rounds are done
+  bool push_then_pull = false;  // exact: PUSH, then PULL, instead of PUSH_PULL
+  std::string attack_case;      // invariants: which one
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -93,6 +105,14 @@ Args parse(int argc, char** argv) {
       a.start_file = v;
     else if (k == "--max-norm")
       a.max_norm = std::stof(v);
+    else if (k == "--pace-ms")
+      a.pace_ms = std::stoi(v);
+    else if (k == "--push-then-pull")
+      a.push_then_pull = v == "1";
+    else if (k == "--kill-server")
+      a.kill_server = std::stoi(v);
+    else if (k == "--kill-signal")
+      a.kill_signal = std::stoi(v);
     else if (k == "--sizes") {
       a.sizes.clear();
       for (std::size_t p = 0; p < v.size();) {
@@ -104,6 +124,52 @@ Args parse(int argc, char** argv) {
       fail("unknown option " + k);
   }
   return a;
+}
+
+// The pid of server `rank` of this job: a process started by the same psrun with PSRT_ROLE=server
+// and that PSRT_RANK in its environment.
+pid_t find_server(int rank) {
+  const std::string want_role = "PSRT_ROLE=server", want_rank = "PSRT_RANK=" + std::to_string(rank);
+  const pid_t psrun = ::getppid();
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::FILE* f = std::fopen((e.path() / "stat").c_str(), "r");
+    if (!f) continue;
+    int pid = 0, ppid = 0;
+    char state = 0;
+    const int got = std::fscanf(f, "%d %*s %c %d", &pid, &state, &ppid);
+    std::fclose(f);
+    if (got != 3 || ppid != psrun) continue;
+    std::FILE* env = std::fopen((e.path() / "environ").c_str(), "r");
+    if (!env) continue;
+    std::string all;
+    for (int c; (c = std::fgetc(env)) != EOF;)
+      all.push_back(static_cast<char>(c));
+    std::fclose(env);
+    bool role = false, rank_ok = false;
+    for (std::size_t p = 0; p < all.size();) {
+      const std::size_t q = all.find('\0', p);
+      const std::string var = all.substr(p, q == std::string::npos ? std::string::npos : q - p);
+      role = role || var == want_role;
+      rank_ok = rank_ok || var == want_rank;
+      if (q == std::string::npos) break;
+      p = q + 1;
+    }
+    if (role && rank_ok) return pid;
+  }
+  return -1;
+}
+
+// Sends `sig` (SIGKILL, SIGSTOP) to server `rank` of this job in round t + 1 (its operations in
+// flight); returns its pid.
+pid_t kill_server(int rank, int t, int sig) {
+  const pid_t server = find_server(rank);
+  if (server <= 0) fail("server " + std::to_string(rank) + " not found under psrun");
+  std::printf("KILLING server %d (pid %d) in round %d with signal %d\n", rank, server, t + 1, sig);
+  std::fflush(stdout);
+  ::kill(server, sig);
+  return server;
 }
 
 float init_value(std::size_t i) {
@@ -157,26 +223,52 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
   Ctx start{n, first_round};
   for (auto& [k, v] : weights)
     check_all(v, k, "at the start", closed_form, &start);
+  pid_t stopped = -1;
   for (int t = first_round; t < a.rounds; ++t) {
     std::vector<psrt::Handle> hs;
     for (auto& [k, g] : grads) {
       for (std::size_t i = 0; i < g.size(); ++i)
         g[i] = static_cast<float>((w.rank() + 1) * (t + 1) + static_cast<int>(i % 7));
-      hs.push_back(w.push_pull(k, g, weights[k]));
+      hs.push_back(a.push_then_pull ? w.push(k, g) : w.push_pull(k, g, weights[k]));
+    }
+    const bool kill_now = a.kill_server >= 0 && a.kill_after == t + 1;
+    if (a.push_then_pull) {
+      // Every push acknowledged (received); after the barrier and a pause the round is applied
+      // and on the backup, and only then is the server killed: the pushes each worker still
+      // keeps for a re-send were applied already, and must not be applied again.
+      for (auto& h : hs)
+        h.wait();
+      if (kill_now) {
+        w.barrier();
+        if (w.rank() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          stopped = kill_server(a.kill_server, t, a.kill_signal);
+        }
+        w.barrier();
+      }
+      hs.clear();
+      for (auto& [k, v] : weights)
+        hs.push_back(w.pull(k, v));
+    } else if (kill_now && w.rank() == 0) {
+      stopped = kill_server(a.kill_server, t, a.kill_signal);
     }
     for (std::size_t i = 0; i < hs.size(); ++i) {
       hs[i].wait();
       check_version(hs[i], i, t + 1);
     }
+    if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
-    if (a.kill_after == t + 1 && w.rank() == 0 && first_round == 0) {  // in a fresh run only
+    if (a.kill_server < 0 && a.kill_after == t + 1 && w.rank() == 0 &&
+        first_round == 0) {  // in a fresh run only
       std::printf("KILLING after round %d\n", t + 1);
       std::fflush(stdout);
       std::raise(SIGKILL);
     }
   }
+  // A stopped server wakes up to find itself out of the job, and ends.
+  if (stopped > 0 && a.kill_signal == SIGSTOP) ::kill(stopped, SIGCONT);
 }
 
 // Sync, sum, lr 1: rank r pushes (r+1)(t+1) + i%7 in round t. Rank 2 is SIGKILLed after
@@ -234,11 +326,16 @@ void each_push(psrt::Worker& w, const Args& a) {
     v[i] = init_value(i);
   w.init(0, v);
   w.barrier();
+  pid_t stopped = -1;
   for (int t = 0; t < a.rounds; ++t) {
     // Uneven speeds, so that ssp's bound has something to hold back.
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * w.rank()));
-    w.push_pull(0, g, out).wait();
+    psrt::Handle h = w.push_pull(0, g, out);
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
+      stopped = kill_server(a.kill_server, t, a.kill_signal);
+    h.wait();
   }
+  if (stopped > 0 && a.kill_signal == SIGSTOP) ::kill(stopped, SIGCONT);
   w.barrier();
   w.pull(0, out).wait();
   const int n = w.num_workers();

@@ -265,7 +265,6 @@ TEST_F(LocalLauncherTest, OnWorkersDoneDoesNotRunWhenAWorkerFails) {
 // --on-worker-loss continue: a failed worker is reported and the others go on; the job ends 0
 // once they exit 0, and the services are told as usual.
 TEST_F(LocalLauncherTest, WorkersMayFailLetsTheOthersFinish) {
-  job_.workers_may_fail = true;
   int calls = 0;
   job_.on_workers_done = [&] {
     ++calls;
@@ -276,6 +275,8 @@ TEST_F(LocalLauncherTest, WorkersMayFailLetsTheOthersFinish) {
   job_.workers.push_back(
       sh("worker 1", wait_for_files({"w0.pid"}) + "sleep 0.3; echo 1 > '" + at("w1.done") + "'"));
 
+  for (auto& w : job_.workers)
+    w.may_fail = true;
   EXPECT_EQ(run_job(), 0);
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(fs::exists(dir_ / "w1.done"));
@@ -287,13 +288,14 @@ TEST_F(LocalLauncherTest, WorkersMayFailLetsTheOthersFinish) {
 }
 
 TEST_F(LocalLauncherTest, WorkersMayFailStillFailsTheJobWhenEveryWorkerFailed) {
-  job_.workers_may_fail = true;
   int calls = 0;
   job_.on_workers_done = [&] { ++calls; };
   job_.services.push_back(sh("server 0", "exec sleep 30"));
   job_.workers.push_back(sh("worker 0", record_pid("w0.pid") + "exit 3"));
   job_.workers.push_back(sh("worker 1", wait_for_files({"w0.pid"}) + "sleep 0.2; exit 4"));
 
+  for (auto& w : job_.workers)
+    w.may_fail = true;
   EXPECT_EQ(run_job(), 1);
   EXPECT_EQ(calls, 0);
   const std::string e = err();
@@ -386,6 +388,20 @@ TEST_F(LocalLauncherTest, ServiceExitingNonZeroWhileWorkersRunFailsAtOnce) {
   EXPECT_EQ(err(), "psrun: server 0 (pid " + std::to_string(server) +
                        ") exited with status 2; stopping the job\n");
   EXPECT_LT(elapsed_.count(), 3'000);
+  EXPECT_TRUE(no_children());
+}
+
+// A server of a job with replicas (ProcessSpec::may_fail): its end is reported, the job goes on.
+TEST_F(LocalLauncherTest, AServiceThatMayFailEndsWithoutStoppingTheJob) {
+  auto server = sh("server 0", record_pid("server.pid") + "kill -9 $$");
+  server.may_fail = true;
+  job_.services.push_back(server);
+  job_.workers.push_back(sh("worker 0", wait_for_files({"server.pid"}) + "sleep 0.3; exit 0"));
+
+  EXPECT_EQ(run_job(), 0);
+  const pid_t pid = wait_for_pid_file(dir_ / "server.pid");
+  EXPECT_EQ(err(), "psrun: server 0 (pid " + std::to_string(pid) +
+                       ") ended; the job goes on without it\n");
   EXPECT_TRUE(no_children());
 }
 

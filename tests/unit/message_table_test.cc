@@ -52,15 +52,21 @@ TEST(MessageTable, WireValuesAndNamesAreFixed) {
       {M::kPushPullIpc, "PUSH_PULL_IPC"},
       {M::kPullIpc, "PULL_IPC"},
       {M::kPullIpcReply, "PULL_IPC_REPLY"},
+      {M::kReplicate, "REPLICATE"},
+      {M::kReplicateCommit, "REPLICATE_COMMIT"},
+      {M::kReplicateAck, "REPLICATE_ACK"},
+      {M::kReplicaSet, "REPLICA_SET"},
+      {M::kReplicaSetAck, "REPLICA_SET_ACK"},
+      {M::kRoute, "ROUTE"},
   };
-  ASSERT_EQ(static_cast<int>(M::kLast), 32);
-  ASSERT_EQ(expected.size(), 32u);
+  ASSERT_EQ(static_cast<int>(M::kLast), 38);
+  ASSERT_EQ(expected.size(), 38u);
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(static_cast<int>(expected[i].first), static_cast<int>(i) + 1);
     EXPECT_EQ(to_string(expected[i].first), expected[i].second);
   }
   EXPECT_EQ(to_string(static_cast<M>(0)), "?");
-  EXPECT_EQ(to_string(static_cast<M>(33)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(39)), "?");
   EXPECT_EQ(to_string(static_cast<M>(255)), "?");
 }
 
@@ -70,7 +76,7 @@ TEST(MessageTable, DataAndHandshakeMessages) {
     if (carries_data(static_cast<M>(t))) data.insert(static_cast<M>(t));
     if (is_handshake(static_cast<M>(t))) handshake.insert(static_cast<M>(t));
   }
-  EXPECT_EQ(data, (std::set<M>{M::kInit, M::kPush, M::kPushPull, M::kPullReply}));
+  EXPECT_EQ(data, (std::set<M>{M::kInit, M::kPush, M::kPushPull, M::kPullReply, M::kReplicate}));
   EXPECT_EQ(handshake, (std::set<M>{M::kHello, M::kChallenge, M::kAuth, M::kWelcome}));
 }
 
@@ -80,17 +86,19 @@ TEST(MessageTable, PermissionsMatrix) {
   auto allowed = [](Role receiver, Role sender) -> std::set<M> {
     using R = Role;
     if (receiver == R::kScheduler && sender == R::kServer)
-      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kError};
+      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kReplicaSetAck, M::kError};
     if (receiver == R::kScheduler && sender == R::kWorker)
       return {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat, M::kError};
     if (receiver == R::kServer && sender == R::kScheduler)
-      return {M::kRegisterReply, M::kMembership, M::kShutdown, M::kError};
+      return {M::kRegisterReply, M::kMembership, M::kShutdown, M::kReplicaSet, M::kError};
+    if (receiver == R::kServer && sender == R::kServer)
+      return {M::kReplicate, M::kReplicateCommit, M::kReplicateAck, M::kError};
     if (receiver == R::kServer && sender == R::kWorker)
       return {M::kInit,       M::kSetOptimizer, M::kPush,        M::kPull,    M::kPushPull,
               M::kDeviceInfo, M::kPushIpc,      M::kPushPullIpc, M::kPullIpc, M::kError};
     if (receiver == R::kWorker && sender == R::kScheduler)
-      return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply,
-              M::kBarrierReply,  M::kShutdown,        M::kError};
+      return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
+              M::kShutdown,      M::kRoute,           M::kError};
     if (receiver == R::kWorker && sender == R::kServer)
       return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
               M::kDeviceInfoReply, M::kPullIpcReply,      M::kError};

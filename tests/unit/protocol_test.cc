@@ -13,6 +13,7 @@
 
 #include "ps/protocol_device.h"
 #include "ps/protocol_kernels.h"
+#include "ps/replica_protocol.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {
@@ -151,8 +152,16 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
         break;
       case MsgType::kInit:
       case MsgType::kPullReply:
+      case MsgType::kReplicate:
         h = data_header(type, WireType::kF32, 2, 3, 8);
         payload = 12;
+        break;
+      case MsgType::kReplicateCommit:
+        h.count = 2;
+        payload = 2 * kReplicaCountBytes;
+        break;
+      case MsgType::kReplicaSet:
+        payload = 17;
         break;
       case MsgType::kPull:
         h = data_header(type, WireType::kF32, 2, 3, 8);
@@ -698,6 +707,30 @@ TEST(ProtocolIpc, HeadersNeedTheRightNumberOfRecordsAndASlice) {
   expect_rejected(
       decode_header(data_header(MsgType::kDeviceInfo, WireType::kF32, 0, 4, 8), kIpcRecordBytes),
       "with a data dtype");
+}
+
+}  // namespace
+}  // namespace psrt::ps
+
+namespace psrt::ps {
+namespace {
+
+TEST(ReplicaCounts, RoundTripAndRefuseBadRecords) {
+  const std::vector<ReplicaCount> counts = {{0, 7, 7}, {3, 1ull << 40, 5}};
+  auto bytes = encode_counts(counts);
+  ASSERT_EQ(bytes.size(), 2 * kReplicaCountBytes);
+  std::vector<ReplicaCount> back;
+  ASSERT_TRUE(decode_counts(bytes, back).ok());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].rank, 3u);
+  EXPECT_EQ(back[1].applied, 1ull << 40);
+  EXPECT_EQ(back[1].pushes, 5u);
+  Status s = decode_counts(std::span(bytes).first(kReplicaCountBytes + 3), back);
+  EXPECT_EQ(s.code(), ErrorCode::kProtocol);
+  EXPECT_NE(s.message().find("not whole 20-byte records"), std::string::npos) << s.message();
+  const std::vector<ReplicaCount> twice = {{2, 1, 1}, {2, 1, 1}};
+  s = decode_counts(encode_counts(twice), back);
+  EXPECT_NE(s.message().find("rank 2 twice"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -124,6 +124,7 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
       {"PSRT_ON_WORKER_LOSS", a.fault.on_worker_loss},
+      {"PSRT_REPLICAS", std::to_string(a.replicas)},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
   // Busy-polling progress threads steal the cores that training computes on when this host
@@ -150,6 +151,7 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
     p.env = common;
     p.env.emplace_back("PSRT_ROLE", "server");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    p.may_fail = a.replicas > 1;  // its backup takes over
     if (placement) p.host = placement->servers[static_cast<std::size_t>(i)];
     job.services.push_back(std::move(p));
   }
@@ -186,6 +188,7 @@ psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& tra
   sc.num_servers = static_cast<std::uint32_t>(a.servers);
   sc.num_workers = static_cast<std::uint32_t>(a.workers);
   sc.partition_bytes = a.partition_bytes;
+  sc.replicas = static_cast<std::uint32_t>(a.replicas);
   sc.checkpoint_dir = a.checkpoint_dir;
   sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
   if (a.fault.on_worker_loss == "continue")
@@ -266,7 +269,8 @@ int run_attempt(const Attempt& at, int restart) {
   psrun::place_job(a, at.transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
-  job.workers_may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
+  for (auto& w : job.workers)  // --on-worker-loss continue: the rounds go on without it
+    w.may_fail = sc.worker_loss == ps::SchedulerConfig::WorkerLoss::kContinue;
   // psrun stops the job (a process failed, a signal): every process hears why, unless the
   // scheduler had stopped it first (then its verdict names the first process lost).
   bool scheduler_first = false;

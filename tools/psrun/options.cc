@@ -111,6 +111,12 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
   add_ssh_options(app, a.ssh);
   tools::add_engine_flags(app, a.engine);
   add_fault_flags(app, a.fault);
+  app.add_option("--replicas", a.replicas,
+                 "1, or 2: every slice also on a backup server that takes over, without losing "
+                 "an update, when its server is lost (cpu servers, --launcher local; needs -s 2 "
+                 "or more)")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
   app.add_option("--server-threads", a.server_threads, "update threads per server")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -151,6 +157,15 @@ std::optional<int> finish_options(const CLI::App& app, Args& a, const std::strin
     std::cerr << "psrun: no COMMAND given: running the default job, " << a.workers
               << " workers of: " << pstrain.string() << " --model lenet --dataset fashion-mnist "
               << "--epochs 1\n";
+  }
+  if (a.replicas > 1 && a.servers < 2) {
+    std::cerr << "psrun: --replicas 2 needs at least 2 servers (-s 2): a slice's backup is on "
+                 "another server\n";
+    return 2;
+  }
+  if (a.replicas > 1 && a.launcher != "local") {
+    std::cerr << "psrun: --replicas 2 runs with --launcher local only for now\n";
+    return 2;
   }
   if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
     std::cerr << "psrun: --nesterov needs --momentum > 0 and --dampening 0\n";

@@ -41,6 +41,7 @@ struct Args {
   tools::EngineFlags engine;  // --mpirun-args, --srun-args
   FaultFlags fault;           // --on-worker-loss
   int server_threads = 1;
+  int replicas = 1;  // --replicas: 2 keeps every slice on a backup server too
   std::string server_device = "cpu";
   std::string bind;        // --bind none|numa|core (default PSRT_BIND, else auto)
   bool preflight = false;  // --preflight: check this host for the job and exit

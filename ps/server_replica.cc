@@ -1,0 +1,354 @@
+// The server's replication parts (psrun --replicas 2; ps/server_replica.h says how it works).
+#include "ps/server_replica.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <set>
+
+#include "base/log.h"
+
+namespace psrt::ps {
+
+void Server::enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
+                             std::uint32_t self_rank, std::chrono::milliseconds connect_timeout) {
+  if (gpu_)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--replicas 2 needs cpu servers: a cuda server (--server-device) does not "
+                "replicate its slices");
+  replica_ = std::make_unique<Replica>(std::move(endpoint), t, self_rank, connect_timeout);
+}
+
+std::vector<ReplicaCount> Server::counts_locked(const Slice& s,
+                                                const std::vector<std::uint32_t>& consumed) {
+  std::vector<ReplicaCount> counts;
+  for (const auto& [rank, w] : s.workers) {
+    const bool in_update = std::find(consumed.begin(), consumed.end(), rank) != consumed.end();
+    counts.push_back({rank, w.applied + (in_update ? 1 : 0), w.received - w.queued.size()});
+  }
+  return counts;
+}
+
+void Server::replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
+                       std::vector<ReplicaCount> counts, std::function<void()> then) {
+  // Copies: the primary goes on with its slice once the backup acknowledged, whatever the
+  // transport still does with these buffers (a lost backup's send may complete late).
+  auto state = std::make_shared<Replication>();
+  state->key = s.key;
+  state->index = s.index;
+  state->offset = s.offset;
+  state->count = s.count;
+  state->total = s.total;
+  state->version = version;
+  state->parts.emplace_back(weights.begin(), weights.end());
+  if (!s.momentum.empty()) state->parts.push_back(s.momentum);
+  state->counts = encode_counts(counts);
+  state->then = std::move(then);
+  send_replica(std::move(state));
+}
+
+void Server::send_replica(std::shared_ptr<Replication> r) {
+  std::shared_ptr<Peer> backup;
+  {
+    std::lock_guard lock(replica_->link_mu);
+    backup = replica_->backup;
+  }
+  // Sent to every backup in turn until one that is still this server's backup acknowledged it:
+  // a backup given up meanwhile (REPLICA_SET named another) never holds the slice for a
+  // promotion, and the new one may not have had it from its first snapshot (the slice was busy).
+  if (!backup || backup == r->sent_to) return r->then();
+  r->sent_to = backup;
+  for (std::uint32_t part = 0; part < r->parts.size(); ++part) {
+    Header h;
+    h.type = MsgType::kReplicate;
+    h.dtype = WireType::kF32;
+    h.key = r->key;
+    h.offset = r->offset;
+    h.count = r->count;
+    h.total = r->total;
+    h.set_slice(r->index);
+    h.set_part(part);
+    h.round = r->version;
+    ConstBuffer b{r->parts[part].data(), r->count * sizeof(float)};
+    backup->send(h, {&b, 1}, [r](const Status&) {});
+  }
+  Header c;
+  c.type = MsgType::kReplicateCommit;
+  c.key = r->key;
+  c.set_slice(r->index);
+  c.round = r->version;
+  c.count = r->counts.size() / kReplicaCountBytes;
+  const std::string what =
+      fmt::format("REPLICATE of key {} slice {} version {}", r->key, r->index, r->version);
+  c.request_id = replica_->acks.add(
+      *backup, what, [this, r, what](const Status& st, const Header&, std::span<const std::byte>) {
+        // A backup lost now is the scheduler's to replace (REPLICA_SET); the slice goes on, its
+        // versions unreplicated until then. The scheduler warns of a loss (INFO here: at the end
+        // of a job the servers' connections close in any order).
+        if (!st.ok()) PSRT_LOG_INFO("{} not acknowledged: {}", what, st.message());
+        send_replica(r);  // to the backup named since, if any; else the slice goes on
+      });
+  const auto id = c.request_id;
+  backup->send_bytes(c, r->counts, [this, id](const Status& st) {
+    if (!st.ok()) replica_->acks.fail(id, st);
+  });
+}
+
+void Server::replicate_update(Update& u, std::uint64_t version, bool written) {
+  Slice& s = *u.slice;
+  std::vector<ReplicaCount> counts;
+  {
+    std::lock_guard lock(s.mu);
+    counts = counts_locked(s, u.ranks);
+  }
+  // The weights of this version: `spare` when the update wrote there (published by
+  // finish_update, after the backup has them). The slice is busy: nothing else writes either.
+  const std::vector<float>& weights = u.into_spare && written ? s.spare : s.weights;
+  auto held = std::make_shared<Update>(std::move(u));
+  replicate(s, weights, version, std::move(counts),
+            [this, held, version, written] { finish_update(*held, version, written); });
+}
+
+void Server::replicate_slice(Slice& s, std::function<void()> then) {
+  std::vector<ReplicaCount> counts;
+  std::uint64_t version;
+  {
+    std::lock_guard lock(s.mu);
+    // An update queued or running replicates the slice when it ends; pull replies reading the
+    // weights leave them as they are, so a copy taken now is a version.
+    if (s.busy) return then();
+    s.busy = true;
+    counts = counts_locked(s, {});
+    version = s.version;
+  }
+  replicate(s, s.weights, version, std::move(counts), [this, &s, then = std::move(then)] {
+    {
+      std::lock_guard lock(s.mu);
+      s.busy = false;
+    }
+    after_change(s);
+    then();
+  });
+}
+
+transport::Placement Server::place_replica(Peer& peer, const Header& h, std::size_t size) {
+  if (!replica_ || h.type != MsgType::kReplicate)
+    throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
+                                                  to_string(h.type), peer.name()));
+  if (h.part() > 1)
+    throw Error(ErrorCode::kProtocol, fmt::format("REPLICATE of part {}", h.part()));
+  std::lock_guard lock(replica_->copies_mu);
+  auto& c = replica_->copies[{h.key, h.slice()}];
+  if (c.committed && (c.offset != h.offset || c.count != h.count || c.total != h.total))
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("REPLICATE of key {} slice {} as [{}, +{}) of {}, but the copy holds "
+                    "[{}, +{}) of {}",
+                    h.key, h.slice(), h.offset, h.count, h.total, c.offset, c.count, c.total));
+  c.key = h.key;
+  c.index = h.slice();
+  c.offset = h.offset;
+  c.count = h.count;
+  c.total = h.total;
+  auto& buf = c.staged[h.part()];
+  buf.resize(h.count);
+  c.staged_version[h.part()] = h.round;
+  return {{buf.data(), size}, 0};
+}
+
+void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  switch (h.type) {
+    case MsgType::kReplicate:
+      return;  // landed in its staging buffer (place_replica); the commit makes it the copy
+    case MsgType::kReplicateCommit: {
+      std::vector<ReplicaCount> counts;
+      if (Status st = decode_counts(payload, counts); !st.ok())
+        return peer.send_error(h.request_id, st.code(), st.message(), false);
+      {
+        std::lock_guard lock(replica_->copies_mu);
+        auto it = replica_->copies.find({h.key, h.slice()});
+        if (it == replica_->copies.end() || it->second.staged_version[0] != h.round)
+          return peer.send_error(h.request_id, ErrorCode::kProtocol,
+                                 fmt::format("REPLICATE_COMMIT of key {} slice {} version {} "
+                                             "without its weights",
+                                             h.key, h.slice(), h.round),
+                                 false);
+        Replica::Copy& c = it->second;
+        c.weights.swap(c.staged[0]);
+        if (c.staged_version[1] == h.round) {
+          c.momentum.swap(c.staged[1]);
+        } else {
+          c.momentum.clear();
+        }
+        c.staged_version[0] = c.staged_version[1] = UINT64_MAX;
+        c.version = h.round;
+        c.counts = std::move(counts);
+        c.source = peer.rank();
+        c.committed = true;
+      }
+      Header ack;
+      ack.type = MsgType::kReplicateAck;
+      ack.request_id = h.request_id;
+      return peer.send(ack);
+    }
+    case MsgType::kReplicateAck:
+    case MsgType::kError:
+      if (replica_) replica_->acks.complete(peer, h, payload);
+      return;
+    default:
+      throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: not a replication message",
+                                                    to_string(h.type), peer.name()));
+  }
+}
+
+std::size_t Server::promote(std::uint32_t lost) {
+  std::vector<Replica::Copy> taken;
+  {
+    std::lock_guard lock(replica_->copies_mu);
+    for (auto it = replica_->copies.begin(); it != replica_->copies.end();) {
+      if (it->second.committed && it->second.source == lost) {
+        taken.push_back(std::move(it->second));
+        it = replica_->copies.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::set<std::uint32_t> members;
+  {
+    std::lock_guard lock(members_mu_);
+    members = members_;
+  }
+  std::size_t promoted = 0;
+  std::unique_lock lock(slices_mu_);
+  for (auto& c : taken) {
+    auto& slot = slices_[{c.key, c.index}];
+    if (slot) {
+      PSRT_LOG_WARN("key {} slice {}: already held here; the copy from server {} is dropped", c.key,
+                    c.index, lost);
+      continue;
+    }
+    auto s = std::make_unique<Slice>();
+    s->key = c.key;
+    s->index = c.index;
+    s->offset = c.offset;
+    s->count = c.count;
+    s->total = c.total;
+    s->weights = std::move(c.weights);
+    s->momentum = std::move(c.momentum);
+    s->version = c.version;
+    std::uint64_t slowest = UINT64_MAX;
+    for (const auto& n : c.counts)
+      slowest = std::min(slowest, n.applied);
+    for (auto r : members) {
+      auto n = std::find_if(c.counts.begin(), c.counts.end(),
+                            [r](const ReplicaCount& x) { return x.rank == r; });
+      WorkerState& w = s->workers[r];
+      if (n != c.counts.end()) {
+        w.applied = n->applied;
+        w.received = n->pushes;
+      } else {
+        w.applied = slowest == UINT64_MAX ? 0 : slowest;
+      }
+    }
+    slot = std::move(s);
+    ++promoted;
+  }
+  return promoted;
+}
+
+void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload) {
+  if (!replica_)
+    return scheduler.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                                "REPLICA_SET to a server started without replicas", false);
+  std::vector<std::string> address;
+  if (Status st = decode_lines(payload, address); !st.ok() || address.size() > 1)
+    return scheduler.send_error(h.request_id, ErrorCode::kProtocol,
+                                "REPLICA_SET without a usable backup address", false);
+  const std::uint32_t lost = h.lost_server();
+  if (lost != kAnyRank && h.promote_to() == replica_->self_rank) {
+    const std::size_t n = promote(lost);
+    PSRT_LOG_INFO("server {} lost: {} of its slices promoted here from their copies", lost, n);
+  }
+  const std::uint32_t backup_rank =
+      address.empty() ? kAnyRank
+                      : static_cast<std::uint32_t>(std::min<std::uint64_t>(h.round, kAnyRank));
+  auto ack = [peer = scheduler.shared_from_this(), id = h.request_id] {
+    Header r;
+    r.type = MsgType::kReplicaSetAck;
+    r.request_id = id;
+    peer->send(r);
+  };
+  bool same;
+  std::shared_ptr<Peer> old;
+  {
+    std::lock_guard lock(replica_->link_mu);
+    same = backup_rank == replica_->backup_rank && replica_->backup;
+    if (!same) {
+      old = std::move(replica_->backup);
+      replica_->backup_rank = kAnyRank;
+    }
+  }
+  // A backup given up (lost, perhaps only silent): its unanswered acknowledgements fail when the
+  // connection closes, so that the updates waiting on them go on.
+  if (old) old->close();
+  // The same backup holds a copy of every slice here but those just promoted.
+  if (address.empty() || (same && lost == kAnyRank)) return ack();
+  // Connecting (the handshake needs the progress thread) and sending every slice happen on the
+  // connector thread; the scheduler hears back once they were sent.
+  (void)replica_->connector.push([this, addr = address[0], backup_rank, same, ack] {
+    if (!same) {
+      try {
+        auto peer =
+            replica_->endpoint->connect(replica_->transport, addr, replica_->self_rank,
+                                        Role::kServer, backup_rank, replica_->connect_timeout);
+        std::lock_guard lock(replica_->link_mu);
+        replica_->backup = peer;
+        replica_->backup_rank = backup_rank;
+      } catch (const Error& e) {
+        PSRT_LOG_ERROR("cannot reach server {} to replicate to it: {}", backup_rank, e.what());
+        return ack();
+      }
+      PSRT_LOG_INFO("replicating to server {} at {}", backup_rank, addr);
+    }
+    std::vector<Slice*> all;
+    {
+      std::shared_lock slices(slices_mu_);
+      for (auto& [id, s] : slices_)
+        all.push_back(s.get());
+    }
+    for (Slice* s : all)
+      replicate_slice(*s, [] {});
+    ack();
+  });
+}
+
+void Server::replica_peer_closed(Peer& peer, const Status& why) {
+  if (!replica_ || peer.role() != Role::kServer) return;
+  replica_->acks.fail_peer(peer, why);
+  std::lock_guard lock(replica_->link_mu);
+  if (replica_->backup.get() == &peer) {
+    PSRT_LOG_INFO(
+        "lost the backup server {}: {}; slices go on unreplicated until the scheduler "
+        "names another",
+        replica_->backup_rank, why.message());
+    replica_->backup.reset();
+  }
+}
+
+std::optional<Server::SliceView> Server::held(std::uint64_t key, std::uint32_t index) {
+  Slice* s = find(key, index);
+  if (!s) return std::nullopt;
+  std::lock_guard lock(s->mu);
+  return SliceView{s->version, s->weights, s->momentum};
+}
+
+std::optional<Server::SliceView> Server::copy(std::uint64_t key, std::uint32_t index) {
+  if (!replica_) return std::nullopt;
+  std::lock_guard lock(replica_->copies_mu);
+  auto it = replica_->copies.find({key, index});
+  if (it == replica_->copies.end() || !it->second.committed) return std::nullopt;
+  return SliceView{it->second.version, it->second.weights, it->second.momentum};
+}
+
+}  // namespace psrt::ps

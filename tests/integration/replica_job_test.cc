@@ -1,0 +1,241 @@
+// Server replicas in whole jobs (psrun --replicas 2, label fault): servers SIGKILLed while the
+// workers run the exact-sum scenario (ps_worker exact: every round's weights are checked against
+// the closed form). The job must finish with every worker's PASS, no update lost or doubled, and
+// each lost server's slices served by its backup within a bound; the promotion time per failure
+// is reported (RecordProperty and stdout).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define PSRT_SCRATCH_PREFIX "psrt_replica_job_test_"
+#include "tests/integration/job_runner.h"
+#include "transport/factory.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using psrt::test::ProcessGroup;
+using JobRun = psrt::test::Run;
+using psrt::test::scratch;
+using psrt::test::slurp;
+
+// Milliseconds since midnight of a log line's "HH:MM:SS.mmm" stamp.
+long stamp_ms(const std::string& line) {
+  std::smatch m;
+  static const std::regex re(R"((\d\d):(\d\d):(\d\d)\.(\d\d\d))");
+  if (!std::regex_search(line, m, re)) return -1;
+  return ((std::stol(m[1]) * 60 + std::stol(m[2])) * 60 + std::stol(m[3])) * 1000 + std::stol(m[4]);
+}
+
+// For each lost server, ms from the scheduler declaring it lost to the workers being told where
+// its slices are.
+std::vector<long> promotion_ms(const std::string& out) {
+  std::map<std::string, long> lost;
+  std::vector<long> took;
+  std::istringstream in(out);
+  static const std::regex lost_re(R"(\[scheduler\] server (\d+) lost:)");
+  static const std::regex told_re(R"(\[scheduler\] server (\d+)'s slices are served by)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, lost_re)) lost[m[1]] = stamp_ms(line);
+    if (std::regex_search(line, m, told_re) && lost.count(m[1]))
+      took.push_back(stamp_ms(line) - lost[m[1]]);
+  }
+  return took;
+}
+
+void report_promotions(const JobRun& r, std::size_t expected) {
+  const auto took = promotion_ms(r.out);
+  ASSERT_EQ(took.size(), expected) << r.out;
+  for (std::size_t i = 0; i < took.size(); ++i) {
+    // Well inside the failure-detection bound (PSRT_PEER_TIMEOUT_MS, 10 s by default): a killed
+    // process's connections close at once.
+    EXPECT_GE(took[i], 0);
+    EXPECT_LT(took[i], 2000) << "promotion " << i << " took " << took[i] << " ms";
+    ::testing::Test::RecordProperty("promotion_ms_" + std::to_string(i), std::to_string(took[i]));
+    std::printf("promotion %zu: %ld ms from the loss to the workers re-routed\n", i, took[i]);
+  }
+}
+
+class ReplicaFault : public ::testing::TestWithParam<int> {};
+
+// Rank 0 kills server S with round 10's push_pulls in flight.
+TEST_P(ReplicaFault, KilledServerMidRoundLosesNoUpdate) {
+  const int victim = GetParam();
+  const auto start = std::chrono::steady_clock::now();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) + " exact --rounds 30 --sizes 1,7,1000,4099 --kill-server " +
+          std::to_string(victim) + " --kill-after 10",
+      60s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING server " + std::to_string(victim)), 1) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server " + std::to_string(victim) + " lost"), 1) << r.out;
+  EXPECT_EQ(r.count("server " + std::to_string(1 - victim) + " takes over its slices"), 1) << r.out;
+  EXPECT_EQ(r.count("ended; the job goes on without it"), 1) << r.out;
+  EXPECT_LT(seconds, 30.0);
+  report_promotions(r, 1);
+}
+
+// Async: every push is an update of its own; the final weights hold each push exactly once.
+TEST_P(ReplicaFault, KilledServerInAsyncModeLosesNoPush) {
+  const int victim = GetParam();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 3 -s 2 --mode async --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) + " async --rounds 40 --kill-server " + std::to_string(victim) +
+          " --kill-after 10",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("KILLING server " + std::to_string(victim)), 1) << r.out;
+  EXPECT_EQ(r.count("PASS async"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server " + std::to_string(victim) + " lost"), 1) << r.out;
+  report_promotions(r, 1);
+}
+
+// PUSH then PULL, the server killed once the round was applied and replicated but before the
+// pulls: each worker re-sends its acknowledged push to the backup, which holds that round already
+// and must acknowledge the push without applying it again (a doubled update fails the check).
+TEST_P(ReplicaFault, APushReSentAfterItsRoundWasAppliedIsNotAppliedAgain) {
+  const int victim = GetParam();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 12 --sizes 1,7,1000,4099 --push-then-pull 1 --kill-server " +
+          std::to_string(victim) + " --kill-after 6",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server " + std::to_string(victim) + " lost"), 1) << r.out;
+  report_promotions(r, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, ReplicaFault, ::testing::Values(0, 1));
+
+// The same over UCX: the servers' links to their backups are UCX endpoints too.
+TEST(ReplicaFaultUcx, KilledServerMidRoundLosesNoUpdate) {
+  const auto backends = psrt::transport::available_backends();
+  if (std::find(backends.begin(), backends.end(), "ucx") == backends.end())
+    GTEST_SKIP() << "this build has no UCX backend";
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport ucx -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 30 --sizes 1,7,1000,4099 --kill-server 1 --kill-after 10",
+      60s);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server 1 lost"), 1) << r.out;
+  EXPECT_EQ(r.count("server 0 takes over its slices"), 1) << r.out;
+  report_promotions(r, 1);
+}
+
+// A server that stops answering (SIGSTOP) but keeps its connections open is declared lost after
+// PSRT_PEER_TIMEOUT_MS and replaced the same way; the workers close their connections to it, its
+// backup gives it up, and the rounds go on exactly. Woken at the end, it finds itself out of the
+// job and ends.
+TEST(ReplicaFaultSilent, ASilentServerIsReplacedAfterThePeerTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "PSRT_PEER_TIMEOUT_MS=1500",
+      "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096",
+      std::string(PS_WORKER_PATH) +
+          " exact --rounds 30 --kill-server 0 --kill-after 10 --kill-signal " +
+          std::to_string(SIGSTOP),
+      60s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("[scheduler] server 0 lost: no heartbeat for 1500 ms"), 1) << r.out;
+  EXPECT_EQ(r.count("server 1 takes over its slices"), 1) << r.out;
+  EXPECT_GE(seconds, 1.5);
+  EXPECT_LT(seconds, 30.0);
+}
+
+// Without replicas a lost server still stops the job, naming it.
+TEST(ReplicaFaultOff, KilledServerStopsAJobWithoutReplicas) {
+  const JobRun r = psrt::test::run_psrun_bounded(
+      "", "--transport tcp -n 2 -s 2 --lr 1",
+      std::string(PS_WORKER_PATH) + " exact --rounds 30 --kill-server 0 --kill-after 5", 60s);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 0) << r.out;
+  EXPECT_NE(r.out.find("server 0 (pid"), std::string::npos) << r.out;
+  EXPECT_EQ(r.count("takes over its slices"), 0) << r.out;
+}
+
+// The servers among psrun's children, by rank (PSRT_RANK in their environment).
+std::map<int, pid_t> servers_of(pid_t psrun) {
+  std::map<int, pid_t> servers;
+  std::istringstream kids(
+      slurp("/proc/" + std::to_string(psrun) + "/task/" + std::to_string(psrun) + "/children"));
+  for (pid_t p; kids >> p;) {
+    const std::string env = slurp("/proc/" + std::to_string(p) + "/environ");
+    if (env.find(std::string("PSRT_ROLE=server") + '\0') == std::string::npos) continue;
+    const auto at = env.find("PSRT_RANK=");
+    if (at != std::string::npos) servers[std::stoi(env.substr(at + 10))] = p;
+  }
+  return servers;
+}
+
+// Chaos (issue 18, 5a): 3 of 4 servers SIGKILLed at random times, one after another, while 3
+// workers run exact rounds. Each loss moves the lost server's slices to its backup and rebuilds
+// the ring, so the next loss is survived too; the last server ends up holding every slice.
+TEST(ReplicaChaos, RandomServerKillsKeepEveryUpdate) {
+  constexpr int kKills = 3;
+  const unsigned seed = std::random_device{}();
+  std::printf("chaos seed %u\n", seed);
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto log = scratch("chaos.txt");
+  ProcessGroup job(
+      psrt::test::psrun_command(
+          "exec", "--transport tcp -n 3 -s 4 --replicas 2 --lr 1 --partition-bytes 4096",
+          std::string(PS_WORKER_PATH) +
+              " exact --rounds 120 --sizes 1,7,1000,4099,9000 --pace-ms 25"),
+      log);
+  // The job runs once every server replicates to its backup.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (psrt::test::count(slurp(log), "replicating to server") < 4 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  std::map<int, pid_t> live = servers_of(job.pid());
+  ASSERT_EQ(live.size(), 4u) << slurp(log);
+  std::vector<int> killed;
+  for (int k = 0; k < kKills; ++k) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 600)(rng)));
+    auto it = std::next(live.begin(), std::uniform_int_distribution<int>(
+                                          0, static_cast<int>(live.size()) - 1)(rng));
+    std::printf("killing server %d (pid %d)\n", it->first, it->second);
+    ::kill(it->second, SIGKILL);
+    killed.push_back(it->first);
+    live.erase(it);
+  }
+  JobRun r;
+  r.rc = job.wait(90s);
+  if (r.rc < 0) {
+    r.rc = job.kill();
+    ADD_FAILURE() << "psrun did not end within 90 s";
+  }
+  r.out = slurp(log);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("PASS exact"), 3) << r.out;
+  EXPECT_EQ(r.count("ended; the job goes on without it"), kKills) << r.out;
+  for (int s : killed)
+    EXPECT_EQ(r.count("[scheduler] server " + std::to_string(s) + " lost"), 1) << r.out;
+  report_promotions(r, kKills);
+}
+
+}  // namespace
