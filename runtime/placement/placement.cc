@@ -235,8 +235,8 @@ std::string cpu_list(const std::vector<int>& cpus) {
     std::size_t j = i;
     while (j + 1 < c.size() && c[j + 1] == c[j] + 1)
       ++j;
-    out += (out.empty() ? "" : ",") +
-           (j == i ? std::to_string(c[i]) : fmt::format("{}-{}", c[i], c[j]));
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", c[i]) : fmt::format("{}-{}", c[i], c[j]);
     i = j + 1;
   }
   return out;

@@ -33,7 +33,9 @@ TEST(Preflight, TcpJobPassesOnThisHost) {
   EXPECT_EQ(r.count("  scheduler      127.0.0.1:"), 1) << r.out;
   EXPECT_EQ(r.count(" passes\n"), 1) << r.out;
   EXPECT_EQ(r.count("FAIL"), 0) << r.out;
-  if (!host_has_rdma()) EXPECT_EQ(r.count("  RDMA devices   none ("), 1) << r.out;
+  if (!host_has_rdma()) {
+    EXPECT_EQ(r.count("  RDMA devices   none ("), 1) << r.out;
+  }
 }
 
 TEST(Preflight, UcxRcWithoutRdmaDeviceFailsNamingIt) {

@@ -2,6 +2,10 @@
 // Gb/s, the link rate a perf run compares against, and the verdicts (runtime/preflight/).
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "runtime/preflight/ib_probe.h"
 #include "runtime/preflight/ib_rate.h"
 #include "runtime/preflight/report.h"
@@ -95,8 +99,17 @@ HostFacts bare_host() {  // this machine: no RDMA, no GPU, UCX with tcp
   return f;
 }
 
+// What a job needs: its transport, UCX_TLS ("" = unset) and the CUDA device it computes on.
+Requirements needs(std::string transport, std::string ucx_tls, std::optional<int> cuda_device) {
+  Requirements r;
+  r.transport = std::move(transport);
+  r.ucx_tls = std::move(ucx_tls);
+  r.cuda_device = cuda_device;
+  return r;
+}
+
 TEST(Verdict, TcpJobPassesWithoutDevices) {
-  const auto checks = judge(bare_host(), {"tcp", "", std::nullopt});
+  const auto checks = judge(bare_host(), needs("tcp", "", std::nullopt));
   ASSERT_EQ(checks.size(), 1u);
   EXPECT_EQ(checks[0].level, Level::kPass);
   EXPECT_EQ(checks[0].what, "transport tcp: needs no RDMA device");
@@ -104,7 +117,7 @@ TEST(Verdict, TcpJobPassesWithoutDevices) {
 }
 
 TEST(Verdict, UcxDefaultTlsPassesOnTcp) {
-  const auto checks = judge(bare_host(), {"ucx", "", std::nullopt});
+  const auto checks = judge(bare_host(), needs("ucx", "", std::nullopt));
   ASSERT_EQ(checks.size(), 1u);
   EXPECT_EQ(checks[0].what, "transport ucx: UCX 1.13.1 starts (self, tcp)");
   EXPECT_TRUE(passes(checks));
@@ -113,7 +126,7 @@ TEST(Verdict, UcxDefaultTlsPassesOnTcp) {
 TEST(Verdict, RcWithoutDeviceFailsNamingIt) {
   HostFacts f = bare_host();
   f.ucx.error = "ucp_init: No such device";
-  const auto checks = judge(f, {"ucx", "rc", std::nullopt});
+  const auto checks = judge(f, needs("ucx", "rc", std::nullopt));
   ASSERT_EQ(checks.size(), 1u);  // the missing device, not UCX's echo of it
   EXPECT_EQ(checks[0].level, Level::kFail);
   EXPECT_EQ(checks[0].what,
@@ -130,7 +143,7 @@ TEST(Verdict, RcWithDownPortFails) {
   f.ib = {};
   f.ib.devices = 1;
   f.ib.ports = {{"mlx5_0", 1, "DOWN", "InfiniBand", 2, 64}};
-  const auto checks = judge(f, {"ucx", "rc_x,sm", std::nullopt});
+  const auto checks = judge(f, needs("ucx", "rc_x,sm", std::nullopt));
   ASSERT_FALSE(checks.empty());
   EXPECT_EQ(checks[0].what,
             "UCX_TLS=rc_x,sm needs an ACTIVE RDMA port and none is (mlx5_0:1 DOWN)");
@@ -140,7 +153,7 @@ TEST(Verdict, RcWithDownPortFails) {
 TEST(Verdict, RcWithActivePortChecksMemlock) {
   HostFacts f = bare_host();
   f.ib = two_nics();
-  auto checks = judge(f, {"ucx", "rc", std::nullopt});
+  auto checks = judge(f, needs("ucx", "rc", std::nullopt));
   ASSERT_EQ(checks.size(), 2u);  // no "UCX starts" line after a failure
   EXPECT_EQ(checks[0].what,
             "UCX_TLS=rc: RDMA port mlx5_0:1 4x HDR (200 Gb/s), mlx5_1:1 4x NDR (400 Gb/s)");
@@ -151,7 +164,7 @@ TEST(Verdict, RcWithActivePortChecksMemlock) {
   EXPECT_FALSE(passes(checks));
 
   f.memlock.soft = std::uint64_t{1} << 30;
-  checks = judge(f, {"ucx", "rc", std::nullopt});
+  checks = judge(f, needs("ucx", "rc", std::nullopt));
   ASSERT_EQ(checks.size(), 3u);
   EXPECT_EQ(checks[1].level, Level::kWarn);
   EXPECT_EQ(checks[1].what, "the locked-memory limit is 1 GiB: large models may not register");
@@ -159,7 +172,7 @@ TEST(Verdict, RcWithActivePortChecksMemlock) {
   EXPECT_TRUE(passes(checks));
 
   f.memlock.soft.reset();  // unlimited
-  checks = judge(f, {"ucx", "rc", std::nullopt});
+  checks = judge(f, needs("ucx", "rc", std::nullopt));
   ASSERT_EQ(checks.size(), 2u);
   EXPECT_TRUE(passes(checks));
 }
@@ -190,27 +203,27 @@ TEST(Verdict, NetDevicesMustNameAnActivePort) {
 
 TEST(Verdict, CudaTransportsNeedGpuAndCudaUcx) {
   HostFacts f = bare_host();
-  auto checks = judge(f, {"ucx", "tcp,cuda_copy", std::nullopt});
+  auto checks = judge(f, needs("ucx", "tcp,cuda_copy", std::nullopt));
   ASSERT_FALSE(checks.empty());
   EXPECT_EQ(checks[0].what,
             "UCX_TLS=tcp,cuda_copy needs a CUDA device and this host has none (no driver)");
   f.cuda.devices = {"NVIDIA H100"};
-  checks = judge(f, {"ucx", "tcp,cuda_copy", std::nullopt});
+  checks = judge(f, needs("ucx", "tcp,cuda_copy", std::nullopt));
   EXPECT_EQ(checks[0].what,
             "UCX_TLS=tcp,cuda_copy needs UCX with CUDA support, and UCX 1.13.1 here cannot move "
             "CUDA memory");
   f.ucx.cuda_memory = true;
-  EXPECT_TRUE(passes(judge(f, {"ucx", "tcp,cuda_copy", std::nullopt})));
+  EXPECT_TRUE(passes(judge(f, needs("ucx", "tcp,cuda_copy", std::nullopt))));
 }
 
 TEST(Verdict, UcxNotBuiltOrNotStarting) {
   HostFacts f = bare_host();
   f.ucx = {};
-  auto checks = judge(f, {"ucx", "", std::nullopt});
+  auto checks = judge(f, needs("ucx", "", std::nullopt));
   EXPECT_EQ(checks.at(0).what, "transport ucx: this psrun was built without UCX");
   f = bare_host();
   f.ucx.error = "ucp_init: Out of memory";
-  checks = judge(f, {"ucx", "tcp", std::nullopt});
+  checks = judge(f, needs("ucx", "tcp", std::nullopt));
   EXPECT_EQ(checks.at(0).what,
             "transport ucx: UCX 1.13.1 does not start here: ucp_init: Out of "
             "memory");
@@ -219,15 +232,15 @@ TEST(Verdict, UcxNotBuiltOrNotStarting) {
 
 TEST(Verdict, CudaDeviceOfTheJob) {
   HostFacts f = bare_host();
-  auto checks = judge(f, {"tcp", "", 0});
+  auto checks = judge(f, needs("tcp", "", 0));
   ASSERT_EQ(checks.size(), 2u);
   EXPECT_EQ(checks[1].what,
             "the job computes on cuda:0 and this host has no CUDA device (no "
             "driver)");
   f.cuda.devices = {"A", "B"};
-  checks = judge(f, {"tcp", "", 2});
+  checks = judge(f, needs("tcp", "", 2));
   EXPECT_EQ(checks[1].what, "the job computes on cuda:2 and this host has 2 (cuda:0..cuda:1)");
-  checks = judge(f, {"tcp", "", 1});
+  checks = judge(f, needs("tcp", "", 1));
   EXPECT_EQ(checks[1].what, "cuda:1: B");
   EXPECT_TRUE(passes(checks));
 }
@@ -235,7 +248,7 @@ TEST(Verdict, CudaDeviceOfTheJob) {
 TEST(Verdict, SchedulerPort) {
   HostFacts f = bare_host();
   f.scheduler = {true, "10.0.0.1:7450", "connect 10.0.0.1:7450: Connection refused"};
-  const auto checks = judge(f, {"tcp", "", std::nullopt});
+  const auto checks = judge(f, needs("tcp", "", std::nullopt));
   ASSERT_EQ(checks.size(), 2u);
   EXPECT_EQ(checks[1].what,
             "the scheduler's port 10.0.0.1:7450 is not reachable: connect "
@@ -248,7 +261,7 @@ TEST(Report, TableOfAHost) {
   f.ib = two_nics();
   f.memlock.soft.reset();
   f.memlock.hard.reset();
-  const auto checks = judge(f, {"ucx", "rc", std::nullopt});
+  const auto checks = judge(f, needs("ucx", "rc", std::nullopt));
   EXPECT_EQ(format_report(f, checks),
             "preflight: host h1\n"
             "  UCX            1.13.1; UCX_TLS=(unset: all); transports: self, tcp; CUDA memory: "
