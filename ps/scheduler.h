@@ -127,7 +127,7 @@ class Scheduler final : public ps::Handler {
   // slices are promoted on `promote_to` (kAnyRank: none). `then` runs once all acknowledged; a
   // server that cannot take it stops the job.
   void configure_replicas_locked(std::uint32_t lost, std::uint32_t promote_to,
-                                 std::function<void()> then);
+                                 const std::function<void()>& then);
   // With replicas, a lost server's slices move to its backup and the job goes on: true. False
   // when the job cannot go on without it (no replicas, before the rendezvous, no server left).
   bool lose_server_locked(std::uint32_t rank, const std::string& why);

@@ -19,7 +19,7 @@ std::uint32_t Scheduler::next_live_server_locked(std::uint32_t rank) const {
 }
 
 void Scheduler::configure_replicas_locked(std::uint32_t lost, std::uint32_t promote_to,
-                                          std::function<void()> then) {
+                                          const std::function<void()>& then) {
   auto remaining = std::make_shared<std::size_t>(live_servers_.size());
   auto on_ack = [this, remaining, then](const Status& acked, const Header&,
                                         std::span<const std::byte>) {

@@ -302,7 +302,7 @@ class Server final : public Handler {
   void replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
                  std::vector<ReplicaCount> counts, std::function<void()> then);
   struct Replication;
-  void send_replica(std::shared_ptr<Replication> r);
+  void send_replica(const std::shared_ptr<Replication>& r);
   void replicate_update(Update& u, std::uint64_t version, bool written);
   // Replicates `s` as it is now (busy meanwhile); at once (then()) when an update holds it.
   void replicate_slice(Slice& s, std::function<void()> then);

@@ -19,7 +19,7 @@ namespace {
 
 // A slice this small is updated where its last gradient arrived: its update (a few
 // microseconds) costs less than waking a pool thread and switching to it.
-constexpr std::size_t kInlineUpdateBytes = 64 * 1024;
+constexpr std::size_t kInlineUpdateBytes = std::size_t{64} * 1024;
 
 // A part of a split update is at least this many elements (1 MiB of fp32): smaller ones cost
 // more to hand over than they save.

@@ -44,10 +44,10 @@ void Server::replicate(const Slice& s, std::span<const float> weights, std::uint
   if (!s.momentum.empty()) state->parts.push_back(s.momentum);
   state->counts = encode_counts(counts);
   state->then = std::move(then);
-  send_replica(std::move(state));
+  send_replica(state);
 }
 
-void Server::send_replica(std::shared_ptr<Replication> r) {
+void Server::send_replica(const std::shared_ptr<Replication>& r) {
   std::shared_ptr<Peer> backup;
   {
     std::lock_guard lock(replica_->link_mu);
