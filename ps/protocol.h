@@ -132,7 +132,11 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   X(kReplicaSet, 36, "REPLICA_SET", kBytes, 0, kSchedulerToServer)                                 \
   X(kReplicaSetAck, 37, "REPLICA_SET_ACK", kNone, 0, kServerToScheduler)                           \
   /* scheduler → worker: the slices of server lost_server() are served by promote_to() now */    \
-  X(kRoute, 38, "ROUTE", kNone, 0, kSchedulerToWorker)
+  X(kRoute, 38, "ROUTE", kNone, 0, kSchedulerToWorker)                                             \
+  /* Versions (Worker::version): the coordinates of a slice, as a PULL's → VERSION_REPLY: */     \
+  /* round = the slice's version, read without waiting for this worker's pushes */                 \
+  X(kVersion, 39, "VERSION", kPull, 0, kWorkerToServer)                                            \
+  X(kVersionReply, 40, "VERSION_REPLY", kNone, 0, kServerToWorker)
 
 enum class MsgType : std::uint8_t {
 #define PSRT_PS_MESSAGE_ENUM(e, value, name, body, bytes, routes) e = value,

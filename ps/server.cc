@@ -249,6 +249,8 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     }
     case MsgType::kPull:
       return on_pull(peer, h, checked_slice(peer, h));
+    case MsgType::kVersion:
+      return on_version(peer, h, checked_slice(peer, h));
     case MsgType::kDeviceInfo:
       return on_device_info(peer, h, payload);
     case MsgType::kPushIpc:
@@ -456,6 +458,19 @@ void Server::on_pull(Peer& peer, const Header& h, Slice& s) {
     s.waiters.push_back({peer.shared_from_this(), h.request_id, peer.rank(), target});
   }
   after_change(s);
+}
+
+void Server::on_version(Peer& peer, const Header& h, Slice& s) {
+  Header r;
+  r.type = MsgType::kVersionReply;
+  r.request_id = h.request_id;
+  r.key = s.key;
+  r.set_slice(s.index);
+  {
+    std::lock_guard lock(s.mu);
+    r.round = s.version;
+  }
+  peer.send(r);
 }
 
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {

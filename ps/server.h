@@ -227,6 +227,9 @@ class Server final : public Handler {
   void on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_push(Peer& peer, const Header& h, InFlight& in);
   void on_pull(Peer& peer, const Header& h, Slice& s);
+  // VERSION: replies at once with the slice's version (the updates applied to it), read under
+  // its lock; unlike a pull it does not wait for the sender's pushes.
+  void on_version(Peer& peer, const Header& h, Slice& s);
   // Under s.mu: refuses a push the slice cannot take now (not a member, too many queued, a
   // dtype other than the gradients queued or still arriving, a bad learning rate); returns its
   // learning rate.

@@ -26,7 +26,9 @@ void HandleState::complete_part(const Status& s) {
 }
 
 void HandleState::note_version(const ps::Header& reply) {
-  if (reply.type != ps::MsgType::kPullReply && reply.type != ps::MsgType::kPullIpcReply) return;
+  if (reply.type != ps::MsgType::kPullReply && reply.type != ps::MsgType::kPullIpcReply &&
+      reply.type != ps::MsgType::kVersionReply)
+    return;
   std::lock_guard lock(mu);
   version = has_version ? std::min(version, reply.round) : reply.round;
   has_version = true;
@@ -448,6 +450,42 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   }
 }
 
+Handle Worker::Impl::version(Key key) {
+  check_open();
+  const auto l = layout(key, 0);  // kNotFound from the scheduler for a key never initialised
+  auto st =
+      std::make_shared<detail::HandleState>(static_cast<int>(l->slices.size()), options_.op_timeout,
+                                            fmt::format("VERSION of key {}", key));
+  for (const auto& s : l->slices) {
+    Header h;
+    h.type = MsgType::kVersion;
+    h.dtype = ps::WireType::kF32;
+    h.key = key;
+    h.offset = s.offset;
+    h.count = s.count;
+    h.total = l->total;
+    h.set_slice(s.index);
+    if (replicas_ > 1) {
+      send_replicated(s, h, {}, {}, st);
+      continue;
+    }
+    auto& server = *servers_[s.server];
+    const auto id =
+        requests_.add(server, fmt::format("VERSION of key {} slice {}", key, s.index),
+                      [st](const Status& status, const Header& reply, std::span<const std::byte>) {
+                        if (status.ok()) st->note_version(reply);
+                        st->complete_part(status);
+                      },
+                      {});
+    h.request_id = id;
+    server.send(h, {}, [this, id, st](const Status& status) {
+      st->sent_part();
+      if (!status.ok()) requests_.fail(id, status);
+    });
+  }
+  return Handle(st);
+}
+
 void Worker::Impl::barrier() {
   check_open();
   Header h;
@@ -584,6 +622,11 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
                    MutableBuffer{out.data(), out.size_bytes()});
 }
 
+std::uint64_t Worker::version(Key key) {
+  const Handle h = impl_->version(key);
+  h.wait();
+  return h.version();
+}
 void Worker::barrier() {
   impl_->barrier();
 }

@@ -29,7 +29,8 @@ struct HandleState {
       : remaining(parts), unsent(parts), timeout(timeout), what(std::move(what)) {}
   void complete_part(const Status& s);
   void sent_part();  // one request's payload left the caller's buffer (or failed to)
-  // A slice's weights arrived with this reply: keeps the lowest slice version (Handle::version).
+  // A slice's weights (or its version: VERSION_REPLY) arrived with this reply: keeps the lowest
+  // slice version (Handle::version).
   void note_version(const ps::Header& reply);
 
   std::mutex mu;
@@ -61,6 +62,8 @@ class Worker::Impl final : public ps::Handler {
   // replies land in `out`'s slice (fp32). Either may be device memory (ps/worker_device.cc).
   Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
                  MutableBuffer out);
+  // One VERSION per slice of `key`; the Handle's version() is the key's (ps/worker.cc).
+  Handle version(Key key);
   void barrier();
   void shutdown();
 
@@ -104,7 +107,8 @@ class Worker::Impl final : public ps::Handler {
   // server that owns the slice now and is kept until the job no longer needs it (a push until a
   // pull of the slice answered after it), so that ROUTE can re-send it to the backup that took
   // over a lost server's slices.
-  // `src`: the slice's gradient or init value (empty for PULL), `dest`: where its reply lands.
+  // `src`: the slice's gradient or init value (empty for PULL and VERSION), `dest`: where its
+  // reply lands.
   void send_replicated(const ps::SliceRecord& s, ps::Header h, ConstBuffer src, MutableBuffer dest,
                        const std::shared_ptr<detail::HandleState>& st);
   void on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id, const Status& status);

@@ -75,7 +75,7 @@ void Worker::Impl::on_replicated_reply(Key key, std::uint32_t index, std::uint64
   auto self = std::find_if(sent.begin(), sent.end(), [id](const Sent& s) { return s.id == id; });
   if (self == sent.end()) return;
   const MsgType type = self->header.type;
-  if (!status.ok() || type == MsgType::kInit) {
+  if (!status.ok() || type == MsgType::kInit || type == MsgType::kVersion) {
     sent.erase(self);
     return;
   }

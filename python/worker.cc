@@ -189,6 +189,11 @@ void bind_worker(py::module_& m) {
       .def("push_pull", &PyWorker::push_pull, py::arg("key"), py::arg("grad"), py::arg("out"),
            "push + pull in one message per slice: out = the weights after the round that "
            "includes grad. Returns a Handle.")
+      .def("version", PyWorker::blocking(&Worker::version), py::arg("key"),
+           "The version of key's weights on the servers now (their update count of the key; "
+           "sync: its rounds; 0 = the initial value), the minimum over its slices, without "
+           "pulling the weights or waiting for this worker's pushes. Blocking (bounded by "
+           "PSRT_OP_TIMEOUT_MS); psrt.Error with code NOT_FOUND for a key never initialised.")
       .def("barrier", PyWorker::blocking(&Worker::barrier),
            "Blocks until every live worker has called barrier().")
       .def("shutdown", &PyWorker::shutdown,

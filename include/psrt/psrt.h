@@ -168,6 +168,15 @@ class Worker {
   Handle pull(Key key, MutableBuffer out);
   Handle push_pull(Key key, ConstBuffer grad, GradType type, MutableBuffer out);
 
+  // The version of key's weights on the servers now: the number of updates they have applied
+  // to it (in sync, its rounds; 0 = the initial value), the minimum over the key's slices, as
+  // Handle::version() of a pull would report it. For checking whether the model moved before
+  // pulling it: one small message per slice, no weights, and unlike a pull it does not wait
+  // for this worker's pushes to be applied. Blocking, bounded by PSRT_OP_TIMEOUT_MS. Throws
+  // psrt::Error: kNotFound for a key no worker has initialised, the pull's errors for a lost
+  // server. With --replicas 2 it asks the server that serves each slice now.
+  std::uint64_t version(Key key);
+
   // Blocks until every live worker has called barrier(). Bounded by PSRT_OP_TIMEOUT_MS.
   void barrier();
 

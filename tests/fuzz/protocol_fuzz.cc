@@ -50,10 +50,11 @@ void check_data_header(const Header& h, std::size_t payload_size) {
     require(h.count >= 1, "a data slice of 0 elements");
     require(h.offset < h.total && h.count <= h.total - h.offset, "a slice outside its tensor");
   }
-  if (h.type == MsgType::kInit || h.type == MsgType::kPull || h.type == MsgType::kPullReply)
-    require(h.dtype == WireType::kF32, "INIT/PULL/PULL_REPLY with a non-f32 dtype");
+  const bool no_payload = h.type == MsgType::kPull || h.type == MsgType::kVersion;
+  if (h.type == MsgType::kInit || h.type == MsgType::kPullReply || no_payload)
+    require(h.dtype == WireType::kF32, "INIT/PULL/PULL_REPLY/VERSION with a non-f32 dtype");
   require(h.count <= Limits{}.max_data_bytes / wire_size(h.dtype), "a slice above the limit");
-  const std::size_t want = h.type == MsgType::kPull ? 0 : h.count * wire_size(h.dtype);
+  const std::size_t want = no_payload ? 0 : h.count * wire_size(h.dtype);
   require(payload_size == want, "a data payload of another size than count x dtype");
 }
 
@@ -176,6 +177,7 @@ Outcome run_one(std::span<const std::byte> input) {
     case MsgType::kPush:
     case MsgType::kPushPull:
     case MsgType::kPull:
+    case MsgType::kVersion:
     case MsgType::kPullReply:
       check_data_header(h, payload.size());
       return Outcome::kHeaderOnly;

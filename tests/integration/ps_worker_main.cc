@@ -4,6 +4,8 @@
 //
 //   ps_worker exact --rounds R [--sizes a,b,...]   sync, mean, lr 1: closed form every round,
 //                                                  and the version a pull returned = the round
+//                                                  = version(key); version of an unknown key:
+//                                                  kNotFound
 //   ps_worker async|ssp --rounds R                 final = init - sum of every push
 //   ps_worker elastic --stop-file F                rank 2 leaves and rejoins as a new worker
 //   ps_worker kill --rounds R                      rank 2 SIGKILLs itself after R rounds
@@ -186,6 +188,9 @@ void check_all(const std::vector<float>& got, std::size_t key, const char* what,
   }
 }
 
+// A key that no scenario initialises.
+constexpr psrt::Key kUnknownKey = 987654321;
+
 // Sync, mean over N workers, lr 1: after round t every element drops by
 // mean_r((r+1)(t+1) + i%7) = (t+1)(N+1)/2 + i%7.
 void exact(psrt::Worker& w, const Args& a, int first_round) {
@@ -205,10 +210,32 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
       fail("key " + std::to_string(key) + ": the pull returned version " +
            std::to_string(h.version()) + ", expected round " + std::to_string(round));
   };
+  // Worker::version(key): the servers' version of the key now, asked without pulling it. No
+  // round can be applied before this worker's first push, so it is the start round exactly,
+  // before the first pull and after it.
+  auto check_key_version = [&w](std::size_t key, int round, const char* when) {
+    const std::uint64_t v = w.version(key);
+    if (v != static_cast<std::uint64_t>(round))
+      fail("key " + std::to_string(key) + ": version(key) " + when + " is " + std::to_string(v) +
+           ", expected round " + std::to_string(round));
+  };
+  for (auto& [k, v] : weights)
+    check_key_version(k, first_round, "before the first pull");
   for (auto& [k, v] : weights) {
     psrt::Handle h = w.pull(k, v);
     h.wait();
     check_version(h, k, first_round);
+    check_key_version(k, first_round, "after the first pull");
+  }
+  // A key no worker initialised: the scheduler's kNotFound, as for a pull of it.
+  try {
+    w.version(kUnknownKey);
+    fail("version() of a key never initialised returned");
+  } catch (const psrt::Error& e) {
+    if (e.code() != psrt::ErrorCode::kNotFound ||
+        std::string(e.what()).find("unknown key " + std::to_string(kUnknownKey)) ==
+            std::string::npos)
+      fail(std::string("version() of an unknown key: ") + e.what());
   }
   struct Ctx {
     int n, rounds;
@@ -256,6 +283,9 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
       hs[i].wait();
       check_version(hs[i], i, t + 1);
     }
+    // Sync: round t + 2 needs this worker's next gradient, so the servers hold round t + 1.
+    for (auto& [k, v] : weights)
+      check_key_version(k, t + 1, "after the round's pull");
     if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
     Ctx ctx{n, t + 1};
     for (auto& [k, v] : weights)

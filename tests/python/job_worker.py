@@ -3,11 +3,12 @@ checks exact values itself (integer-valued gradients, so every float sum is exac
 "PASS <scenario> rank <r>" on success and exits 1 with a message otherwise.
 
     job_worker.py sync --rounds R      sum, lr 1: closed form after every round; the version
-                                       a pull returned is the round
+                                       a pull returned is the round, and so is version(key)
     job_worker.py async --rounds R     final = init - every gradient pushed by every worker
     job_worker.py zero_copy            pulls land in the objects' own memory; objects released
                                        before wait() (or never waited) are kept alive
     job_worker.py errors               wrong dtype, non-contiguous, not a buffer, unknown key
+                                       (pull and version)
     job_worker.py lost_server          2 servers: one is killed, the next wait raises psrt.Error
     job_worker.py sigint               2 workers: rank 0 is interrupted in wait()
 """
@@ -58,6 +59,10 @@ def sync(w, rounds):
     # fp32 tensors, fp32 arrays and fp16 tensors.
     weights = init_keys(w, torch.from_numpy)
     weights[1] = weights[1].numpy()  # a NumPy view of the same memory
+    # version(key): the servers' version now, min over the key's slices (key 2 spans both
+    # servers). No round completes before this worker's first push: 0.
+    for key in weights:
+        expect(w.version(key) == 0, f"key {key}: version(key) {w.version(key)} before round 0")
     expected = {k: np.full(s, 100.0, np.float32) for k, s in enumerate(SIZES)}
     for r in range(rounds):
         handles = []  # (handle, the version it must return: round r + 1, 0 for a push)
@@ -79,6 +84,9 @@ def sync(w, rounds):
             got = np.asarray(weights[key])
             expect(np.array_equal(got, expected[key]),
                    f"round {r} key {key}: {got[:4]} != {expected[key][:4]}")
+            # Sync: round r + 2 needs this worker's next gradient, so the servers hold r + 1.
+            v = w.version(key)
+            expect(type(v) is int and v == r + 1, f"round {r} key {key}: version(key) {v!r}")
     print(f"PASS sync rank {w.rank}", flush=True)
 
 
@@ -176,6 +184,9 @@ def errors(w):
     msg = expect_error(psrt.ErrorCode.NOT_FOUND, "unknown key 12345",
                        lambda: w.pull(12345, out).wait())
     print(f"unknown key: {msg}", flush=True)
+    msg = expect_error(psrt.ErrorCode.NOT_FOUND, "unknown key 12346", lambda: w.version(12346))
+    print(f"version of an unknown key: {msg}", flush=True)
+    expect(w.version(0) == 0, f"version(0) {w.version(0)} with no push")
     expect(isinstance(psrt.Error("x"), Exception), "psrt.Error is not an Exception")
     w.pull(0, out).wait()  # the worker goes on after refused calls
     print(f"PASS errors rank {w.rank}", flush=True)

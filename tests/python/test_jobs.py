@@ -35,6 +35,9 @@ def test_bad_arguments_and_unknown_keys_raise_psrt_error_with_their_code():
     assert r.count("PASS errors") == 1, r.out
     # The C++ message, naming the key and the cause.
     assert "unknown key 12345: no worker has called init() for it" in r.out, r.out
+    assert "version of an unknown key: scheduler" in r.out, r.out
+    assert "refused LOCATE of key 12346: unknown key 12346: no worker has called init() for it" \
+        in r.out, r.out
 
 
 def test_a_lost_server_raises_psrt_error_without_hanging():

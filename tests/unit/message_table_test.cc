@@ -58,15 +58,17 @@ TEST(MessageTable, WireValuesAndNamesAreFixed) {
       {M::kReplicaSet, "REPLICA_SET"},
       {M::kReplicaSetAck, "REPLICA_SET_ACK"},
       {M::kRoute, "ROUTE"},
+      {M::kVersion, "VERSION"},
+      {M::kVersionReply, "VERSION_REPLY"},
   };
-  ASSERT_EQ(static_cast<int>(M::kLast), 38);
-  ASSERT_EQ(expected.size(), 38u);
+  ASSERT_EQ(static_cast<int>(M::kLast), 40);
+  ASSERT_EQ(expected.size(), 40u);
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(static_cast<int>(expected[i].first), static_cast<int>(i) + 1);
     EXPECT_EQ(to_string(expected[i].first), expected[i].second);
   }
   EXPECT_EQ(to_string(static_cast<M>(0)), "?");
-  EXPECT_EQ(to_string(static_cast<M>(39)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(41)), "?");
   EXPECT_EQ(to_string(static_cast<M>(255)), "?");
 }
 
@@ -94,14 +96,14 @@ TEST(MessageTable, PermissionsMatrix) {
     if (receiver == R::kServer && sender == R::kServer)
       return {M::kReplicate, M::kReplicateCommit, M::kReplicateAck, M::kError};
     if (receiver == R::kServer && sender == R::kWorker)
-      return {M::kInit,       M::kSetOptimizer, M::kPush,        M::kPull,    M::kPushPull,
-              M::kDeviceInfo, M::kPushIpc,      M::kPushPullIpc, M::kPullIpc, M::kError};
+      return {M::kInit,    M::kSetOptimizer, M::kPush,    M::kPull,    M::kPushPull, M::kDeviceInfo,
+              M::kPushIpc, M::kPushPullIpc,  M::kPullIpc, M::kVersion, M::kError};
     if (receiver == R::kWorker && sender == R::kScheduler)
       return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
               M::kShutdown,      M::kRoute,           M::kError};
     if (receiver == R::kWorker && sender == R::kServer)
-      return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck, M::kPullReply,
-              M::kDeviceInfoReply, M::kPullIpcReply,      M::kError};
+      return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck,      M::kPullReply,
+              M::kDeviceInfoReply, M::kPullIpcReply,      M::kVersionReply, M::kError};
     return {};
   };
   for (Role receiver : roles)

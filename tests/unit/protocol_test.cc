@@ -164,6 +164,7 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
         payload = 17;
         break;
       case MsgType::kPull:
+      case MsgType::kVersion:
         h = data_header(type, WireType::kF32, 2, 3, 8);
         break;
       case MsgType::kDeviceInfoReply:
@@ -241,6 +242,26 @@ TEST(ProtocolHeader, RejectsAPayloadOnTypesThatCarryNone) {
   // PULL carries slice coordinates but no values.
   expect_rejected(decode_header(data_header(MsgType::kPull, WireType::kF32, 0, 1, 1), 4),
                   "PULL payload of 4 bytes");
+}
+
+// VERSION names a slice as a PULL does (f32 coordinates, no values); its reply is a bare header.
+TEST(ProtocolHeader, VersionIsASliceWithoutValuesAndItsReplyABareHeader) {
+  EXPECT_TRUE(decode_header(data_header(MsgType::kVersion, WireType::kF32, 2, 3, 8), 0).ok());
+  expect_rejected(decode_header(data_header(MsgType::kVersion, WireType::kF32, 0, 1, 1), 4),
+                  "VERSION payload of 4 bytes");
+  expect_rejected(decode_header(data_header(MsgType::kVersion, WireType::kBF16, 0, 2, 2), 0),
+                  "VERSION must carry f32 values");
+  expect_rejected(decode_header(data_header(MsgType::kVersion, WireType::kBytes, 0, 2, 2), 0),
+                  "VERSION without a data dtype");
+  expect_rejected(decode_header(data_header(MsgType::kVersion, WireType::kF32, 7, 2, 8), 0),
+                  "VERSION");  // a slice past the end of its tensor
+  Header reply = control_header(MsgType::kVersionReply);
+  reply.round = 12;
+  Header out;
+  const auto b = encode(reply);
+  ASSERT_TRUE(decode(b, 0, Limits{}, out).ok());
+  EXPECT_EQ(out.round, 12u);
+  expect_rejected(decode_header(reply, 8), "VERSION_REPLY carries no payload, got 8 bytes");
 }
 
 TEST(ProtocolHeader, RejectsDataTypesWithAByteDtype) {
