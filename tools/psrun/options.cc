@@ -163,8 +163,9 @@ std::optional<int> finish_options(const CLI::App& app, Args& a, const std::strin
                  "another server\n";
     return 2;
   }
-  if (a.replicas > 1 && a.launcher != "local") {
-    std::cerr << "psrun: --replicas 2 runs with --launcher local only for now\n";
+  if (a.replicas > 1 && a.launcher != "local" && a.launcher != "ssh") {
+    std::cerr << "psrun: --replicas 2 runs with --launcher local or ssh: with --launcher " +
+                     a.launcher + " a lost server ends the whole job\n";
     return 2;
   }
   if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
