@@ -177,6 +177,33 @@ TEST(ReplicaFaultOff, KilledServerStopsAJobWithoutReplicas) {
   EXPECT_EQ(r.count("takes over its slices"), 0) << r.out;
 }
 
+// Across hosts (--launcher ssh --dry-run: nothing starts): round-robin --server-hosts puts a
+// server's backup on another host, except the last server of 3 on 2 hosts, whose backup (server
+// 0) shares its host; psrun warns, naming both. Launchers that cannot survive a lost server
+// (mpi, slurm) refuse --replicas 2, saying why.
+TEST(ReplicaOptions, ABackupOnItsServersHostIsWarnedAboutAndMpiIsRefused) {
+  const std::string ssh =
+      "--launcher ssh --dry-run -H 127.0.0.1:2 --server-hosts "
+      "127.0.0.2,127.0.0.3 --replicas 2 -n 2 ";
+  const JobRun three = psrt::test::run_psrun_bounded("", ssh + "-s 3", "/bin/true", 30s);
+  EXPECT_EQ(three.rc, 0) << three.out;
+  EXPECT_EQ(three.count("--replicas 2: server 2 and its backup, server 0, both run on 127.0.0.2: "
+                        "losing that host loses both copies and stops the job"),
+            1)
+      << three.out;
+  EXPECT_EQ(three.count("and its backup"), 1) << three.out;
+  const JobRun two = psrt::test::run_psrun_bounded("", ssh + "-s 2", "/bin/true", 30s);
+  EXPECT_EQ(two.rc, 0) << two.out;
+  EXPECT_EQ(two.count("and its backup"), 0) << two.out;
+  const JobRun mpi =
+      psrt::test::run_psrun_bounded("", "--launcher mpi -n 2 -s 2 --replicas 2", "/bin/true", 30s);
+  EXPECT_EQ(mpi.rc, 2) << mpi.out;
+  EXPECT_EQ(mpi.count("psrun: --replicas 2 runs with --launcher local or ssh: with --launcher mpi "
+                      "a lost server ends the whole job"),
+            1)
+      << mpi.out;
+}
+
 // psrun's children of one role (PSRT_ROLE), by rank (PSRT_RANK in their environment).
 std::map<int, pid_t> children_of(pid_t psrun, const std::string& role) {
   std::map<int, pid_t> servers;
