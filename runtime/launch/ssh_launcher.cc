@@ -78,6 +78,9 @@ ProcessSpec ssh_process(const ProcessSpec& remote, const SshOptions& options) {
   }
   local.stdin_data += "\n";
   local.relay = true;
+  // A replicated server or a worker under --on-worker-loss continue: ssh ending with the remote
+  // process's failure (or the host's loss) does not fail the job either.
+  local.may_fail = remote.may_fail;
   return local;
 }
 

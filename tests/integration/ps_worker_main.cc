@@ -13,6 +13,12 @@
 //                                                  continue: rank 2 SIGKILLs itself after K
 //                                                  rounds; ranks 0, 1 check every round against
 //                                                  the closed form of the ranks live in it
+//   ps_worker chaos --rounds R --pace-ms M         sync, sum, lr 1, up to 4 workers, killed
+//                                                  from outside at random (replica_job_test):
+//                                                  rank j pushes 4^j * (1 + i%3) * (1 + t%3), so
+//                                                  each round's drop names the ranks in it; every
+//                                                  rank prints ROUND t after round t, survivors
+//                                                  print each rank's last round (CHAOS lines)
 //   ps_worker exact ... --pace-ms M                sleeps M ms after each round (a job that
 //                                                  lasts, for kills from outside)
 //   ps_worker exact ... --push-then-pull 1         each round is PUSH then PULL (with
@@ -46,6 +52,7 @@
 //                                                  is refused, naming the knob
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -348,6 +355,98 @@ void lossy(psrt::Worker& w, const Args& a) {
   }
 }
 
+// Chaos (issue 18, 5a): workers and servers SIGKILLed from outside while the rounds run. Rank j's
+// gradient is 4^j * (1 + i%3) * (1 + t%3), so the drop of element i in round t, divided by
+// (1 + i%3) * (1 + t%3), is the sum of 4^j over the ranks in the round: base-4 digits 0 or 1
+// name them; a 2 is a doubled push, a missing survivor a lost one. Every round is checked: its
+// drop decodes to a set holding this rank, the same set for every element of a key, and a rank
+// once out of a key stays out of every key from the next round on (the scheduler dropped it).
+// The final weights must equal the closed form of the rounds each rank was in, which each
+// survivor prints (CHAOS worker j last round MIN MAX, over the keys: MAX - MIN <= 1, the round
+// in flight at a loss holds the lost worker in the keys it had pushed) for the test to check
+// against the rounds the killed workers printed and against the other survivors.
+void chaos(psrt::Worker& w, const Args& a) {
+  const int n = w.num_workers();
+  if (n > 4) fail("chaos needs at most 4 workers");
+  auto factor = [](std::size_t i, int t) { return (1.0 + i % 3) * (1.0 + t % 3); };
+  std::map<std::size_t, std::vector<float>> weights, prev, grads;
+  std::map<std::size_t, std::vector<int>> last;  // key -> rank -> last round it was in (-1)
+  for (std::size_t k = 0; k < a.sizes.size(); ++k) {
+    std::vector<float> v(a.sizes[k]);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = init_value(i);
+    w.init(k, v);
+    prev[k] = v;
+    weights[k].resize(v.size());
+    grads[k].resize(v.size());
+    last[k].assign(static_cast<std::size_t>(n), -1);
+  }
+  w.barrier();
+  std::vector<bool> out(static_cast<std::size_t>(n), false);  // dropped before this round
+  for (int t = 0; t < a.rounds; ++t) {
+    std::vector<psrt::Handle> hs;
+    for (auto& [k, g] : grads) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = static_cast<float>((1 << (2 * w.rank())) * factor(i, t));
+      hs.push_back(w.push_pull(k, g, weights[k]));
+    }
+    for (auto& h : hs)
+      h.wait();
+    std::vector<bool> absent(static_cast<std::size_t>(n), false);
+    for (auto& [k, v] : weights) {
+      const std::string at = "key " + std::to_string(k) + " round " + std::to_string(t);
+      const double mask = (prev[k][0] - v[0]) / factor(0, t);
+      int bits = static_cast<int>(mask);
+      if (mask != bits || bits <= 0 || bits >= (1 << (2 * n)))
+        fail(at + ": drop " + std::to_string(mask) + " names no set of ranks");
+      for (std::size_t i = 0; i < v.size(); ++i)
+        if (prev[k][i] - v[i] != static_cast<float>(bits * factor(i, t)))
+          fail(at + " element " + std::to_string(i) + ": drop " +
+               std::to_string(prev[k][i] - v[i]) + ", expected " +
+               std::to_string(bits * factor(i, t)) + " (ranks mask " + std::to_string(bits) + ")");
+      for (int j = 0; j < n; ++j) {
+        const int digit = (bits >> (2 * j)) & 3;
+        if (digit > 1)
+          fail(at + ": rank " + std::to_string(j) + " counted " + std::to_string(digit) + " times");
+        if (digit == 1 && out[static_cast<std::size_t>(j)])
+          fail(at + ": rank " + std::to_string(j) + " is back after it was dropped");
+        if (digit == 1 && last[k][static_cast<std::size_t>(j)] != t - 1)
+          fail(at + ": rank " + std::to_string(j) + " is back after it was dropped from this key");
+        if (digit == 1) last[k][static_cast<std::size_t>(j)] = t;
+        if (digit == 0) absent[static_cast<std::size_t>(j)] = true;
+      }
+      if (((bits >> (2 * w.rank())) & 3) != 1) fail(at + ": this rank's push is missing");
+      prev[k] = v;
+    }
+    for (int j = 0; j < n; ++j)
+      if (absent[static_cast<std::size_t>(j)]) out[static_cast<std::size_t>(j)] = true;
+    std::printf("ROUND %d rank %d\n", t, w.rank());
+    std::fflush(stdout);
+    if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
+  }
+  // The closed form of the rounds each rank was in, against the final weights.
+  for (auto& [k, v] : weights)
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      double drop = 0;
+      for (int j = 0; j < n; ++j)
+        for (int t = 0; t <= last[k][static_cast<std::size_t>(j)]; ++t)
+          drop += (1 << (2 * j)) * factor(i, t);
+      if (v[i] != static_cast<float>(init_value(i) - drop))
+        fail("key " + std::to_string(k) + " final element " + std::to_string(i) + " is " +
+             std::to_string(v[i]) + ", expected " + std::to_string(init_value(i) - drop));
+    }
+  for (int j = 0; j < n; ++j) {
+    int lo = a.rounds, hi = -1;
+    for (auto& [k, l] : last) {
+      lo = std::min(lo, l[static_cast<std::size_t>(j)]);
+      hi = std::max(hi, l[static_cast<std::size_t>(j)]);
+    }
+    if (hi - lo > 1) fail("rank " + std::to_string(j) + " left the keys more than a round apart");
+    std::printf("CHAOS rank %d: worker %d last round %d %d\n", w.rank(), j, lo, hi);
+  }
+  std::fflush(stdout);
+}
+
 // async / ssp: every push applied alone (scale 1), lr 1: final = init - rounds * sum_r (r+1).
 void each_push(psrt::Worker& w, const Args& a) {
   const std::size_t size = a.sizes.back();
@@ -646,6 +745,8 @@ int main(int argc, char** argv) {
         psrt::ps::request_checkpoint(std::getenv("PSRT_CHECKPOINT_DIR"),
                                      static_cast<std::uint64_t>(a.request_round));
       exact(w, a, static_cast<int>(w.resume_round()));
+    } else if (a.scenario == "chaos") {
+      chaos(w, a);
     } else if (a.scenario == "lossy") {
       lossy(w, a);
     } else if (a.scenario == "async" || a.scenario == "ssp") {

@@ -346,6 +346,45 @@ bool sleeping_on_hosts_1_and_2(const Hosts& hosts) {
   return false;
 }
 
+// psrun --replicas 2 across hosts: servers 0 and 1 on hosts B and C (each one's backup on the
+// other host), 3 workers with the scheduler on A, exact rounds. Host C is lost mid-job (every
+// process killed, or its link down: noticed after the peer timeout); server 0 takes over server
+// 1's slices from their copies and the job finishes with exact weights, psrun naming the lost
+// server without failing the job, nothing left on any host.
+class SshReplica : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SshReplica, ALostServerHostCostsNoUpdate) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(3, {.sshd = true});
+  const std::string a = hosts.address(0), b = hosts.address(1), c = hosts.address(2);
+  ProcessGroup job(
+      psrun_on_host0(hosts, "PSRT_PEER_TIMEOUT_MS=3000",
+                     "--transport tcp -n 3 -s 2 --replicas 2 --lr 1 --partition-bytes 4096 -H " +
+                         a + ":3 --server-hosts " + b + "," + c,
+                     "exact --rounds 60 --sizes 1,7,1000,4099 --pace-ms 50"),
+      scratch("replica_" + GetParam() + ".txt"));
+  ASSERT_TRUE(wait_output(job, "replicating to server", 2, 60s)) << job.out();
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(count(job.out(), "PASS exact"), 0) << "the job ended before the loss\n" << job.out();
+  if (GetParam() == "kill")
+    EXPECT_GT(hosts.kill_all(2), 0);
+  else
+    hosts.link_down(2);
+  const int rc = job.wait(60s);
+  const std::string out = job.out();
+  show_verdict(out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "PASS exact"), 3) << out;
+  EXPECT_EQ(count(out, "[scheduler] server 1 lost"), 1) << out;
+  EXPECT_EQ(count(out, "server 0 takes over its slices"), 1) << out;
+  EXPECT_EQ(count(out, "psrun: server 1@" + c), 1) << out;
+  EXPECT_EQ(count(out, "ended; the job goes on without it"), 1) << out;
+  EXPECT_GE(wait_no_psrt_process(hosts, kFaultBound), 0) << "a psrt process was left on a host\n"
+                                                         << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Losses, SshReplica, ::testing::Values("kill", "link_down"));
+
 TEST(SshJobFault, KilledPsrunLeavesNoProcessOnAnyHost) {
   SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true});

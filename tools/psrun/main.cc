@@ -143,6 +143,20 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
 psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
                                  const std::optional<psrt::psrun::Placement>& placement) {
   psrt::runtime::JobSpec job;
+  // --replicas 2: a slice's backup is the next server in rank order; losing a host that holds
+  // both loses the slice (round-robin --server-hosts puts them apart unless the last server
+  // wraps around onto server 0's host).
+  if (a.replicas > 1 && placement)
+    for (int i = 0; i < a.servers; ++i) {
+      const auto& here = placement->servers[static_cast<std::size_t>(i)];
+      const auto& next = placement->servers[static_cast<std::size_t>((i + 1) % a.servers)];
+      if (!here.empty() && here == next)
+        PSRT_LOG_WARN(
+            "--replicas 2: server {} and its backup, server {}, both run on {}: losing that host "
+            "loses both copies and stops the job (--server-hosts places servers round-robin: "
+            "order or count the hosts so that neighbouring ranks differ)",
+            i, (i + 1) % a.servers, here);
+    }
   const std::string exe = self_exe();
   for (int i = 0; i < a.servers; ++i) {
     psrt::runtime::ProcessSpec p;

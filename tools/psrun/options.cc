@@ -111,10 +111,11 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
   add_ssh_options(app, a.ssh);
   tools::add_engine_flags(app, a.engine);
   add_fault_flags(app, a.fault);
-  app.add_option("--replicas", a.replicas,
-                 "1, or 2: every slice also on a backup server that takes over, without losing "
-                 "an update, when its server is lost (cpu servers, --launcher local; needs -s 2 "
-                 "or more)")
+  app.add_option(
+         "--replicas", a.replicas,
+         "1, or 2: every slice also on a backup server that takes over, without losing "
+         "an update, when its server is lost (cpu servers, --launcher local or ssh; needs -s 2 "
+         "or more)")
       ->check(CLI::Range(1, 2))
       ->capture_default_str();
   app.add_option("--server-threads", a.server_threads, "update threads per server")
@@ -163,8 +164,9 @@ std::optional<int> finish_options(const CLI::App& app, Args& a, const std::strin
                  "another server\n";
     return 2;
   }
-  if (a.replicas > 1 && a.launcher != "local") {
-    std::cerr << "psrun: --replicas 2 runs with --launcher local only for now\n";
+  if (a.replicas > 1 && a.launcher != "local" && a.launcher != "ssh") {
+    std::cerr << "psrun: --replicas 2 runs with --launcher local or ssh: with --launcher " +
+                     a.launcher + " a lost server ends the whole job\n";
     return 2;
   }
   if (a.nesterov && (a.momentum <= 0.f || a.dampening != 0.f)) {
