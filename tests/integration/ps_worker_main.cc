@@ -368,7 +368,9 @@ void lossy(psrt::Worker& w, const Args& a) {
 void chaos(psrt::Worker& w, const Args& a) {
   const int n = w.num_workers();
   if (n > 4) fail("chaos needs at most 4 workers");
-  auto factor = [](std::size_t i, int t) { return (1.0 + i % 3) * (1.0 + t % 3); };
+  auto factor = [](std::size_t i, int t) {
+    return (1.0 + static_cast<double>(i % 3)) * (1.0 + t % 3);
+  };
   std::map<std::size_t, std::vector<float>> weights, prev, grads;
   std::map<std::size_t, std::vector<int>> last;  // key -> rank -> last round it was in (-1)
   for (std::size_t k = 0; k < a.sizes.size(); ++k) {
