@@ -1,6 +1,7 @@
 #include "runtime/launch/child_process.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -159,9 +160,7 @@ std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::str
       return "cannot start " + quoted(command) +
              ": prctl(PR_SET_PDEATHSIG): " + std::strerror(error);
     case kStepAffinity: {
-      std::string list;
-      for (const int c : cpus)
-        list += (list.empty() ? "" : ",") + std::to_string(c);
+      const std::string list = fmt::format("{}", fmt::join(cpus, ","));
       return "cannot start " + quoted(command) + ": binding it to CPUs " + list +
              " failed: sched_setaffinity: " + std::strerror(error) +
              " (CPUs this host lacks or psrun may not use; psrun --bind none leaves processes "

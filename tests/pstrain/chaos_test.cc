@@ -145,8 +145,10 @@ std::string fmt_victim(const std::string& role, int step) {
 
 std::string join(const std::vector<int>& v) {
   std::string s;
-  for (int x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 

@@ -1,6 +1,6 @@
 #include "suite_bench.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -21,10 +21,7 @@ namespace psrt::bench {
 namespace {
 
 std::string join(const std::vector<std::size_t>& v) {
-  std::string s;
-  for (std::size_t x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
+  return fmt::format("{}", fmt::join(v, ","));
 }
 
 // The last `lines` lines of `text` ("(no output)" when it is empty).
