@@ -28,6 +28,7 @@
 #include "ps/protocol.h"
 #include "ps/protocol_device.h"
 #include "ps/protocol_kernels.h"
+#include "ps/replica_protocol.h"
 
 namespace psrt::ps::fuzz {
 namespace {
@@ -112,6 +113,15 @@ Outcome check_lines(std::span<const std::byte> payload) {
   return Outcome::kStructuredAccepted;
 }
 
+// REPLICATE_COMMIT: every worker's counters on the replicated version, as the backup reads them.
+Outcome check_counts(const Header& h, std::span<const std::byte> payload) {
+  std::vector<ReplicaCount> counts;
+  if (!decode_counts(payload, counts).ok()) return Outcome::kStructuredRejected;
+  require(counts.size() == h.count, "replica counters of another length than their count");
+  require(same_bytes(encode_counts(counts), payload), "replica counters that do not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
 Outcome check_ipc(const Header& h, std::span<const std::byte> payload) {
   require(h.dtype != WireType::kBytes, "a CUDA IPC message with a byte dtype");
   require(h.count >= 1 && h.offset < h.total && h.count <= h.total - h.offset,
@@ -161,6 +171,7 @@ Outcome run_one(std::span<const std::byte> input) {
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
     case MsgType::kDeviceInfoReply:
+    case MsgType::kReplicaSet:  // the new backup's address, or no line
       require(payload.size() <= kMaxControlBytes, "an address list above the control limit");
       return check_lines(payload);
     case MsgType::kLocateReply:
@@ -179,8 +190,11 @@ Outcome run_one(std::span<const std::byte> input) {
     case MsgType::kPull:
     case MsgType::kVersion:
     case MsgType::kPullReply:
+    case MsgType::kReplicate:
       check_data_header(h, payload.size());
       return Outcome::kHeaderOnly;
+    case MsgType::kReplicateCommit:
+      return check_counts(h, payload);
     default:
       require(payload.empty(), "a payload on a type that carries none");
   }
