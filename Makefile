@@ -1,4 +1,6 @@
-# The two commands of the README. Each one installs what is missing, configures and builds.
+# The README's commands. Each one installs what is missing, configures and builds: the programs,
+# library and module need the minimal packages (deps); the checks (test, test-sanitize, fuzz,
+# tidy, check-format, package) need the developer packages too (deps-dev).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -7,12 +9,16 @@ CMAKE_ARGS ?=
 # tests' output. Errors and warnings still print, and ctest keeps --output-on-failure.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build test test-sanitize fuzz demo check-layers check-format tidy long-functions clean
+.PHONY: all deps deps-dev configure build test test-sanitize fuzz demo package check-layers check-format \
+        check-links tidy long-functions clean
 
 all: build
 
 deps:
 	@scripts/install_deps.sh
+
+deps-dev:
+	@scripts/install_deps.sh --dev
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
@@ -22,8 +28,9 @@ build: configure
 
 # --progress: on a terminal, one updating line instead of two per test; failures and the summary
 # still print (and everything does when the output is not a terminal, as in CI).
-test: build
-	@ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300
+# The package tests (label package) install what `make package` made into a clean Debian 12 root.
+test: deps-dev build package
+	@ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer. sanitize_tests (tests/CMakeLists.txt) builds every test program
@@ -32,7 +39,7 @@ test: build
 # ps and base unit tests, the in-process server/scheduler test and the transport conformance
 # suite, and the tests labelled tsan run them.
 SANITIZE_LABELS ?= sanitize|security
-test-sanitize: deps
+test-sanitize: deps-dev
 	@for s in address undefined; do \
 	  cmake -S . -B $(BUILD)-$$s -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=$$s $(CMAKE_ARGS) >/dev/null && \
 	  cmake --build $(BUILD)-$$s -j$(JOBS) --target sanitize_tests && \
@@ -48,7 +55,7 @@ test-sanitize: deps
 FUZZ_SECONDS ?= 60
 FUZZERS := protocol_fuzz:tests/fuzz/corpus checkpoint_fuzz:tests/fuzz/checkpoint_corpus \
            hello_fuzz:tests/fuzz/hello_corpus
-fuzz: deps
+fuzz: deps-dev
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPSRT_WITH_TORCH=OFF -DPSRT_WITH_CUDA=OFF $(CMAKE_ARGS) >/dev/null && \
 	  cmake --build $(BUILD)-fuzz -j$(JOBS) --target $(foreach f,$(FUZZERS),$(firstword $(subst :, ,$(f))))
@@ -71,18 +78,39 @@ demo: configure
 	@cmake --build $(BUILD) -j$(JOBS) --target demo_programs
 	@scripts/demo.sh $(BUILD)/bin
 
+# The Debian packages (cmake/package.cmake) and the wheel (pyproject.toml, setup.py), from a build
+# of their own in $(PACKAGE_BUILD): without CUDA (Debian ships no CUDA 13), without the tests,
+# installed under /usr with the module for Debian's python3. Leaves psrt_<version>_amd64.deb,
+# psrt-dev_<version>_amd64.deb and psrt-<version>-cp3X-*.whl in $(PACKAGE_BUILD)/packages.
+PACKAGE_BUILD ?= $(BUILD)-package
+package: deps-dev
+	@cmake -S . -B $(PACKAGE_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DPSRT_PACKAGE=ON -DPSRT_BUILD_TESTS=OFF -DPSRT_WITH_CUDA=OFF -DPSRT_WITH_TORCH=ON \
+	  -DPSRT_WITH_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3 \
+	  -DPSRT_PYTHON_INSTALL_DIR=lib/python3/dist-packages $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(PACKAGE_BUILD) -j$(JOBS)
+	@rm -rf $(PACKAGE_BUILD)/packages
+	@cd $(PACKAGE_BUILD) && cpack -G DEB >/dev/null
+	@PSRT_CMAKE_BUILD_DIR=$(abspath $(PACKAGE_BUILD)) PSRT_BUILD_JOBS=$(JOBS) /usr/bin/python3 -m pip \
+	  wheel --no-build-isolation --no-deps --quiet -w $(PACKAGE_BUILD)/packages .
+	@ls -1 $(PACKAGE_BUILD)/packages/*.deb $(PACKAGE_BUILD)/packages/*.whl
+
+# Every relative link and #anchor in README.md, CONTRIBUTING.md and docs/ leads somewhere; CI runs it.
+check-links:
+	@scripts/check_links.py
+
 # Every #include against the layers (README, Layout); CI runs it before the tests.
 check-layers:
 	@scripts/check_layers.sh
 
 # Every tracked C++/CUDA source as clang-format 14 (.clang-format) writes it; CI runs it first.
-check-format: deps
+check-format: deps-dev
 	@scripts/check_format.sh
 
 # clang-tidy 14 (.clang-tidy) over every project .cc but tests/fuzz, on a configuration of its
 # own without LibTorch (scripts/tidy.sh says why); fails on any diagnostic. Needs no build: the
 # compile commands are enough.
-tidy: deps
+tidy: deps-dev
 	@cmake -S . -B $(BUILD)-tidy -DCMAKE_BUILD_TYPE=Release -DPSRT_WITH_TORCH=OFF $(CMAKE_ARGS) >/dev/null
 	@scripts/tidy.sh $(BUILD)-tidy $(JOBS)
 
@@ -91,4 +119,5 @@ long-functions:
 	@scripts/long_functions.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-fuzz $(BUILD)-tidy
+	rm -rf $(BUILD) $(BUILD)-address $(BUILD)-undefined $(BUILD)-thread $(BUILD)-fuzz $(BUILD)-tidy \
+	  $(PACKAGE_BUILD)

@@ -10,33 +10,11 @@
 #include <span>
 #include <string>
 
+#include "kernels/fused_adam.h"
 #include "kernels/fused_sgd_internal.h"
 #include "psrt/error.h"
 
 namespace psrt::kernels {
-
-std::size_t dtype_size(DType t) noexcept {
-  switch (t) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-  }
-  return 0;
-}
-
-std::string_view to_string(DType t) noexcept {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kF16:
-      return "f16";
-    case DType::kBF16:
-      return "bf16";
-  }
-  return "unknown-dtype";
-}
 
 std::string_view to_string(CpuIsa isa) noexcept {
   switch (isa) {
@@ -48,6 +26,42 @@ std::string_view to_string(CpuIsa isa) noexcept {
       return "avx512";
   }
   return "unknown-isa";
+}
+
+std::string_view to_string(OptimizerAlgorithm a) noexcept {
+  switch (a) {
+    case OptimizerAlgorithm::kSgd:
+      return "sgd";
+    case OptimizerAlgorithm::kAdam:
+      return "adam";
+    case OptimizerAlgorithm::kAdamW:
+      return "adamw";
+  }
+  return "unknown-optimizer";
+}
+
+bool parse_algorithm(std::string_view text, OptimizerAlgorithm& out) noexcept {
+  for (auto a : {OptimizerAlgorithm::kSgd, OptimizerAlgorithm::kAdam, OptimizerAlgorithm::kAdamW}) {
+    if (text == to_string(a)) {
+      out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_betas(std::string_view text, OptimizerConfig& cfg) {
+  const auto comma = text.find(',');
+  if (comma == std::string_view::npos) return false;
+  const std::string b1(text.substr(0, comma)), b2(text.substr(comma + 1));
+  char* end1 = nullptr;
+  char* end2 = nullptr;
+  const float x = std::strtof(b1.c_str(), &end1);
+  const float y = std::strtof(b2.c_str(), &end2);
+  if (b1.empty() || b2.empty() || *end1 != '\0' || *end2 != '\0') return false;
+  cfg.beta1 = x;
+  cfg.beta2 = y;
+  return true;
 }
 
 namespace {
@@ -82,7 +96,18 @@ void validate(const SliceUpdate& u, const OptimizerConfig& cfg, const std::strin
                     where, u.num_grads));
   }
   if (u.weights == nullptr) invalid(fmt::format("fused_sgd_cpu: {}weights is null", where));
-  if (u.momentum == nullptr && cfg.momentum != 0.f) {
+  if (is_adam(cfg)) {
+    if (u.momentum == nullptr || u.exp_avg_sq == nullptr) {
+      invalid(
+          fmt::format("fused_sgd_cpu: {}{} needs both moments (momentum = exp_avg and "
+                      "exp_avg_sq, count floats each); one is null",
+                      where, to_string(cfg.algorithm)));
+    }
+    if (u.step < 1) {
+      invalid(fmt::format("fused_sgd_cpu: {}{} step is 0; the first step is 1", where,
+                          to_string(cfg.algorithm)));
+    }
+  } else if (u.momentum == nullptr && cfg.momentum != 0.f) {
     invalid(
         fmt::format("fused_sgd_cpu: {}momentum buffer is null but OptimizerConfig::momentum is {}; "
                     "pass a buffer of count floats or set momentum to 0",
@@ -145,8 +170,29 @@ double step_sum_of_squares(std::span<const SliceUpdate> slices, CpuIsa isa) {
   return sum;
 }
 
+void update_slice_adam(const SliceUpdate& u, const OptimizerConfig& cfg, CpuIsa isa,
+                       float clip_coef) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      detail::fused_adam_scalar(u, cfg, clip_coef);
+      return;
+#if PSRT_KERNELS_X86
+    case CpuIsa::kAvx2:
+      detail::fused_adam_avx2(u, cfg, clip_coef);
+      return;
+    case CpuIsa::kAvx512:
+      detail::fused_adam_avx512(u, cfg, clip_coef);
+      return;
+#else
+    default:
+      return;  // unreachable: validate_step() rejects ISAs this build lacks
+#endif
+  }
+}
+
 void update_slice(const SliceUpdate& u, const OptimizerConfig& cfg, CpuIsa isa, float clip_coef) {
   if (u.count == 0) return;
+  if (is_adam(cfg)) return update_slice_adam(u, cfg, isa, clip_coef);
   switch (isa) {
     case CpuIsa::kScalar:
       detail::fused_sgd_scalar(u, cfg, clip_coef);

@@ -1,6 +1,7 @@
 // The server's update math: one fused pass that aggregates N gradients of a slice and applies
-// torch.optim.SGD to its weights and momentum. The CPU implementation lives here; a CUDA one of
-// the same spec plugs into kernels/dispatch.h.
+// torch.optim.SGD to its weights and momentum (OptimizerConfig::algorithm kSgd; Adam and AdamW run
+// through the same entry points, spec in kernels/fused_adam.h). The CPU implementation lives here;
+// a CUDA one of the same spec plugs into kernels/dispatch.h.
 //
 // Spec, per element i, in exactly this order (no contraction into FMA, so every ISA and the
 // CUDA kernel give bit-identical results):
@@ -50,15 +51,20 @@
 #include <span>
 #endif
 
+#include "psrt/grad_type.h"
 #include "psrt/optimizer.h"
 
 namespace psrt::kernels {
 
-enum class DType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
-inline constexpr int kNumDTypes = 3;
+// The gradients' element type is the public one (psrt/grad_type.h): one type from Worker::push
+// down to these kernels, with no mapping between layers.
+using DType = GradType;
+inline constexpr int kNumDTypes = kNumGradTypes;
 
-std::size_t dtype_size(DType t) noexcept;
-std::string_view to_string(DType t) noexcept;
+// to_string(DType) is psrt::to_string(GradType).
+constexpr std::size_t dtype_size(DType t) noexcept {
+  return element_size(t);
+}
 
 // The update's parameters are the public psrt::OptimizerConfig (psrt/optimizer.h): one type
 // from Worker::set_optimizer down to these kernels.
@@ -82,6 +88,7 @@ struct StepResult {
 struct SliceUpdate {
   float* weights = nullptr;   // count fp32 values, updated in place (or written: weights_in)
   float* momentum = nullptr;  // count fp32 values; may be null when OptimizerConfig::momentum == 0
+                              // (SGD). Adam/AdamW: exp_avg, required.
   const void* const* grads = nullptr;  // num_grads arrays of count values of `dtype`
   int num_grads = 0;                   // >= 1
   DType dtype = DType::kF32;
@@ -93,6 +100,8 @@ struct SliceUpdate {
   // second buffer so that a reply in flight from the first is never written (ps/server.h).
   // Must not overlap `weights` unless equal to it.
   const float* weights_in = nullptr;
+  float* exp_avg_sq = nullptr;  // Adam/AdamW: count fp32 values (v), required; SGD: unused
+  std::uint64_t step = 0;       // Adam/AdamW: this step's number, >= 1 (kernels/fused_adam.h)
 };
 
 enum class CpuIsa : std::uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };

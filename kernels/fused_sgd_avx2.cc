@@ -99,6 +99,62 @@ void run(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
   update_elements_scalar<T>(u, p, i, u.count);
 }
 
+// Adam/AdamW's constants broadcast, and adam_element on 8 lanes.
+struct Adam8 {
+  __m256 grad_scale, clip_coef, weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+      bc2_sqrt, eps, neg_step_size;
+};
+
+Adam8 broadcast(const AdamParams& p) {
+  return Adam8{_mm256_set1_ps(p.grad_scale),     _mm256_set1_ps(p.clip_coef),
+               _mm256_set1_ps(p.weight_decay),   _mm256_set1_ps(p.k.decay),
+               _mm256_set1_ps(p.beta1),          _mm256_set1_ps(p.k.one_minus_beta1),
+               _mm256_set1_ps(p.beta2),          _mm256_set1_ps(p.k.one_minus_beta2),
+               _mm256_set1_ps(p.k.bc2_sqrt),     _mm256_set1_ps(p.eps),
+               _mm256_set1_ps(p.k.neg_step_size)};
+}
+
+void adam8(__m256 g, const float* w_in, float* w_ptr, float* m_ptr, float* v_ptr,
+           const AdamParams& p, const Adam8& c) {
+  __m256 w = _mm256_loadu_ps(w_in);
+  g = _mm256_mul_ps(g, c.grad_scale);
+  if (p.has_clip) g = _mm256_mul_ps(g, c.clip_coef);
+  if (p.l2) g = _mm256_add_ps(g, _mm256_mul_ps(c.weight_decay, w));
+  if (p.decoupled) w = _mm256_mul_ps(w, c.decay);
+  const __m256 m = _mm256_add_ps(_mm256_mul_ps(c.beta1, _mm256_loadu_ps(m_ptr)),
+                                 _mm256_mul_ps(c.one_minus_beta1, g));
+  const __m256 v = _mm256_add_ps(_mm256_mul_ps(c.beta2, _mm256_loadu_ps(v_ptr)),
+                                 _mm256_mul_ps(_mm256_mul_ps(c.one_minus_beta2, g), g));
+  const __m256 d = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), c.bc2_sqrt), c.eps);
+  _mm256_storeu_ps(m_ptr, m);
+  _mm256_storeu_ps(v_ptr, v);
+  _mm256_storeu_ps(w_ptr, _mm256_add_ps(w, _mm256_div_ps(_mm256_mul_ps(c.neg_step_size, m), d)));
+}
+
+template <DType T, std::size_t U>
+void adam_vectors(const SliceUpdate& u, const AdamParams& p, const Adam8& c, std::size_t i) {
+  __m256 g[U];
+  sum_vectors<T, U>(u, i, g);
+  for (std::size_t k = 0; k < U; ++k) {
+    const std::size_t at = i + k * kLanes;
+    adam8(g[k], weights_source(u) + at, u.weights + at, u.momentum + at, u.exp_avg_sq + at, p, c);
+  }
+}
+
+template <DType T>
+void run_adam(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
+  const AdamParams p = make_adam_params(u, cfg, clip_coef);
+  const Adam8 c = broadcast(p);
+  std::size_t i = 0;
+  for (; i + kUnroll * kLanes <= u.count; i += kUnroll * kLanes) {
+    adam_vectors<T, kUnroll>(u, p, c, i);
+  }
+  for (; i + kLanes <= u.count; i += kLanes) {
+    adam_vectors<T, 1>(u, p, c, i);
+  }
+  adam_elements_scalar<T>(u, p, i, u.count);
+}
+
 // The pre-pass on U consecutive vectors at element i, where i % kNormPartials == 0: vector k
 // holds elements i + 8k .. i + 8k + 7, which feed partials 8(k % 2) .. 8(k % 2) + 7, i.e. the
 // four fp64 lanes of acc[2(k % 2)] and then of acc[2(k % 2) + 1].
@@ -161,6 +217,20 @@ void fused_sgd_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip
       break;
     case DType::kBF16:
       run<DType::kBF16>(u, cfg, clip_coef);
+      break;
+  }
+}
+
+void fused_adam_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
+  switch (u.dtype) {
+    case DType::kF32:
+      run_adam<DType::kF32>(u, cfg, clip_coef);
+      break;
+    case DType::kF16:
+      run_adam<DType::kF16>(u, cfg, clip_coef);
+      break;
+    case DType::kBF16:
+      run_adam<DType::kBF16>(u, cfg, clip_coef);
       break;
   }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/fused_adam.h"
 #include "kernels/fused_sgd_cuda_launch.h"
 #include "psrt/error.h"
 
@@ -27,6 +28,11 @@ void validate(const SliceUpdate& u, std::size_t index, const OptimizerConfig& cf
   if (u.weights == nullptr) invalid(index, "weights is null");
   if (u.weights_in != nullptr && u.weights_in != u.weights)
     invalid(index, "weights_in is a CPU-only field: the CUDA update runs in place");
+  if (is_adam(cfg) && (u.momentum == nullptr || u.exp_avg_sq == nullptr || u.step < 1)) {
+    invalid(index, fmt::format("{} needs both moments (momentum = exp_avg, exp_avg_sq) and a step "
+                               ">= 1",
+                               to_string(cfg.algorithm)));
+  }
   if (u.momentum == nullptr && cfg.momentum != 0.f) {
     invalid(index,
             fmt::format("momentum buffer is null but OptimizerConfig::momentum is {}; pass a "

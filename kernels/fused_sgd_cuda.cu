@@ -15,6 +15,7 @@
 
 #include "device/cuda_check.h"
 #include "device/memory.h"
+#include "kernels/fused_adam.h"
 #include "kernels/fused_sgd.h"
 #include "kernels/fused_sgd_cuda_launch.h"
 #include "kernels/fused_sgd_device.cuh"
@@ -174,7 +175,8 @@ unsigned long long norm_chunks(const SliceUpdate* slices, std::size_t num_slices
 // pre-pass control: the caller sets that).
 LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices,
                          const OptimizerConfig& cfg, void* host, void* device_table) {
-  const bool has_momentum = cfg.momentum != 0.f;
+  const bool adam = is_adam(cfg);
+  const bool has_momentum = cfg.momentum != 0.f || adam;  // Adam: exp_avg is `momentum`
   const std::size_t descs_bytes = num_slices * sizeof(SliceDesc);
   auto* descs = static_cast<SliceDesc*>(host);
   auto* host_ptrs = reinterpret_cast<const void**>(static_cast<char*>(host) + descs_bytes);
@@ -186,7 +188,8 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices,
   std::size_t next_ptr = 0;
   for (std::size_t i = 0; i < num_slices; ++i) {
     const SliceUpdate& u = slices[i];
-    bool aligned = aligned16(u.weights) && (!has_momentum || aligned16(u.momentum));
+    bool aligned = aligned16(u.weights) && (!has_momentum || aligned16(u.momentum)) &&
+                   (!adam || aligned16(u.exp_avg_sq));
     for (int j = 0; j < u.num_grads; ++j) {
       aligned = aligned && aligned16(u.grads[j]);
       host_ptrs[next_ptr + j] = u.grads[j];
@@ -206,7 +209,16 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices,
                          aligned ? 1 : 0,
                          u.first_step ? 1 : 0,
                          chunks,
-                         chunks + (u.count + device::kNormChunk - 1) / device::kNormChunk};
+                         chunks + (u.count + device::kNormChunk - 1) / device::kNormChunk,
+                         nullptr,
+                         0.f,
+                         1.f};
+    if (adam) {
+      const AdamConstants k = adam_constants(cfg, u.step);
+      descs[i].exp_avg_sq = u.exp_avg_sq;
+      descs[i].neg_step_size = k.neg_step_size;
+      descs[i].bc2_sqrt = k.bc2_sqrt;
+    }
     chunks = descs[i].chunk_end;
     items += slice_items;
     next_ptr += static_cast<std::size_t>(u.num_grads);
@@ -226,6 +238,20 @@ LaunchParams build_table(const SliceUpdate* slices, std::size_t num_slices,
   params.control = nullptr;
   params.clip_coef = 1.f;
   params.has_clip = 0;
+  if (adam) {
+    const AdamConstants k = adam_constants(cfg, 1);  // the step-independent ones
+    params.adam = 1;
+    params.has_momentum = 0;
+    params.l2 = cfg.algorithm == OptimizerAlgorithm::kAdam && cfg.weight_decay != 0.f ? 1 : 0;
+    params.decoupled =
+        cfg.algorithm == OptimizerAlgorithm::kAdamW && cfg.weight_decay != 0.f ? 1 : 0;
+    params.beta1 = cfg.beta1;
+    params.beta2 = cfg.beta2;
+    params.eps = cfg.eps;
+    params.one_minus_beta1 = k.one_minus_beta1;
+    params.one_minus_beta2 = k.one_minus_beta2;
+    params.decay = k.decay;
+  }
   return params;
 }
 

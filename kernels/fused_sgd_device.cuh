@@ -49,6 +49,11 @@ struct SliceDesc {
   int first_step;
   unsigned long long chunk_begin;  // [chunk_begin, chunk_end): this slice's pre-pass chunks
   unsigned long long chunk_end;
+  // Adam/AdamW (kernels/fused_adam.h): `momentum` is exp_avg, this is exp_avg_sq, and the
+  // constants of the slice's step, computed on the host.
+  float* exp_avg_sq;
+  float neg_step_size;
+  float bc2_sqrt;
 };
 
 // The pre-pass's verdict, written by norm_finalize_kernel, read by fused_sgd_kernel and copied
@@ -78,7 +83,25 @@ struct LaunchParams {
   const StepControl* control;
   float clip_coef;
   int has_clip;
+  // Adam/AdamW (adam != 0): kernels/fused_adam.h's per-call constants.
+  int adam;
+  int l2;         // Adam with weight decay: g = g + weight_decay * w
+  int decoupled;  // AdamW with weight decay: w = w * decay
+  float beta1, beta2, eps, one_minus_beta1, one_minus_beta2, decay;
 };
+
+// kernels/fused_adam.h's steps after the sum, for one element held in registers.
+__device__ __forceinline__ void adam_element(float g, float& w, float& m, float& v,
+                                             const LaunchParams& p, const SliceDesc& s) {
+  g = __fmul_rn(g, s.grad_scale);
+  if (p.has_clip) g = __fmul_rn(g, p.clip_coef);
+  if (p.l2) g = __fadd_rn(g, __fmul_rn(p.weight_decay, w));
+  if (p.decoupled) w = __fmul_rn(w, p.decay);
+  m = __fadd_rn(__fmul_rn(p.beta1, m), __fmul_rn(p.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(p.beta2, v), __fmul_rn(__fmul_rn(p.one_minus_beta2, g), g));
+  const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), p.eps);
+  w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), d));
+}
 
 // The spec's steps after the sum, for one element held in registers.
 __device__ __forceinline__ void update_element(float g, float& w, float& m, const LaunchParams& p,
@@ -159,6 +182,14 @@ __device__ __forceinline__ void update_elements_scalar(const SliceDesc& s, const
         g = __fadd_rn(g, load_grad<T>(s.grads[j], i));
     }
     float w = s.weights[i];
+    if (p.adam) {
+      float m = s.momentum[i], v = s.exp_avg_sq[i];
+      adam_element(g, w, m, v, p, s);
+      s.weights[i] = w;
+      s.momentum[i] = m;
+      s.exp_avg_sq[i] = v;
+      continue;
+    }
     float m = p.has_momentum && !s.first_step ? s.momentum[i] : 0.f;
     update_element(g, w, m, p, s.grad_scale, s.first_step != 0);
     s.weights[i] = w;
@@ -186,6 +217,21 @@ __device__ __forceinline__ void update_vector(const SliceDesc& s, const LaunchPa
   }
   float4* w4 = reinterpret_cast<float4*>(s.weights) + k * kFloat4s;
   float4* m4 = reinterpret_cast<float4*>(s.momentum) + k * kFloat4s;
+  if (p.adam) {
+    float4* v4 = reinterpret_cast<float4*>(s.exp_avg_sq) + k * kFloat4s;
+#pragma unroll
+    for (int q = 0; q < kFloat4s; ++q) {
+      float4 w = w4[q], m = m4[q], v = v4[q];
+      adam_element(g[4 * q + 0], w.x, m.x, v.x, p, s);
+      adam_element(g[4 * q + 1], w.y, m.y, v.y, p, s);
+      adam_element(g[4 * q + 2], w.z, m.z, v.z, p, s);
+      adam_element(g[4 * q + 3], w.w, m.w, v.w, p, s);
+      w4[q] = w;
+      m4[q] = m;
+      v4[q] = v;
+    }
+    return;
+  }
   const bool read_momentum = p.has_momentum && !s.first_step;
 #pragma unroll
   for (int q = 0; q < kFloat4s; ++q) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/fused_adam.h"
 #include "kernels/fused_sgd.h"
 
 namespace psrt::kernels::detail {
@@ -124,6 +125,61 @@ static inline void update_elements_scalar(const SliceUpdate& u, const ElementPar
   }
 }
 
+// Adam/AdamW's loop-invariant parts (kernels/fused_adam.h), computed once per call.
+struct AdamParams {
+  float grad_scale;
+  float clip_coef;  // used only when has_clip
+  float weight_decay;
+  float beta1, beta2, eps;
+  AdamConstants k;
+  bool has_clip;
+  bool l2;         // Adam with weight_decay != 0: g = g + weight_decay * w
+  bool decoupled;  // AdamW with weight_decay != 0: w = w * decay
+};
+
+static inline AdamParams make_adam_params(const SliceUpdate& u, const OptimizerConfig& cfg,
+                                          float clip_coef) {
+  const bool decay = cfg.weight_decay != 0.f;
+  return AdamParams{u.grad_scale,
+                    clip_coef,
+                    cfg.weight_decay,
+                    cfg.beta1,
+                    cfg.beta2,
+                    cfg.eps,
+                    adam_constants(cfg, u.step),
+                    clip_coef < 1.f,
+                    decay && cfg.algorithm == OptimizerAlgorithm::kAdam,
+                    decay && cfg.algorithm == OptimizerAlgorithm::kAdamW};
+}
+
+// fused_adam.h's steps after the sum, for one element; the vector bodies do the same per lane.
+static inline void adam_element(float g, const float* w_in, float* w, float* m, float* v,
+                                const AdamParams& p) {
+  float w0 = *w_in;
+  g = g * p.grad_scale;
+  if (p.has_clip) g = g * p.clip_coef;
+  if (p.l2) g = g + p.weight_decay * w0;
+  if (p.decoupled) w0 = w0 * p.k.decay;
+  const float m1 = p.beta1 * *m + p.k.one_minus_beta1 * g;
+  const float v1 = p.beta2 * *v + (p.k.one_minus_beta2 * g) * g;
+  const float d = __builtin_sqrtf(v1) / p.k.bc2_sqrt + p.eps;
+  *m = m1;
+  *v = v1;
+  *w = w0 + (p.k.neg_step_size * m1) / d;
+}
+
+// Elements [begin, end) one at a time: the scalar Adam backend's loop and every ISA's tail.
+template <DType T>
+static inline void adam_elements_scalar(const SliceUpdate& u, const AdamParams& p,
+                                        std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    float g = load_grad<T>(u.grads[0], i);
+    for (int j = 1; j < u.num_grads; ++j)
+      g = g + load_grad<T>(u.grads[j], i);
+    adam_element(g, weights_source(u) + i, u.weights + i, u.momentum + i, u.exp_avg_sq + i, p);
+  }
+}
+
 // The pre-pass's fp64 partial sums of squares (fused_sgd.h): element i of a slice adds to
 // partial i % kNormPartials. 16 so that one AVX-512 vector, or two AVX2 vectors, of consecutive
 // elements feed the partials lane for lane.
@@ -149,6 +205,11 @@ static inline void accumulate_squares_scalar(const SliceUpdate& u, std::size_t b
 void fused_sgd_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
 void fused_sgd_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
 void fused_sgd_avx512(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
+
+// Adam/AdamW, one per ISA likewise (kernels/fused_adam.h).
+void fused_adam_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
+void fused_adam_avx2(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
+void fused_adam_avx512(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef);
 
 // The pre-pass over one slice: adds its squares to partials[kNormPartials] in the order above.
 void sum_squares_scalar(const SliceUpdate& u, double* partials);

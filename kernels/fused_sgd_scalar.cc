@@ -20,6 +20,21 @@ void fused_sgd_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float cl
   }
 }
 
+void fused_adam_scalar(const SliceUpdate& u, const OptimizerConfig& cfg, float clip_coef) {
+  const AdamParams p = make_adam_params(u, cfg, clip_coef);
+  switch (u.dtype) {
+    case DType::kF32:
+      adam_elements_scalar<DType::kF32>(u, p, 0, u.count);
+      break;
+    case DType::kF16:
+      adam_elements_scalar<DType::kF16>(u, p, 0, u.count);
+      break;
+    case DType::kBF16:
+      adam_elements_scalar<DType::kBF16>(u, p, 0, u.count);
+      break;
+  }
+}
+
 void sum_squares_scalar(const SliceUpdate& u, double* partials) {
   switch (u.dtype) {
     case DType::kF32:

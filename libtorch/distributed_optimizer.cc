@@ -127,12 +127,14 @@ std::vector<const ::torch::nn::Module*> DistributedOptimizer::Impl::map_modules(
 void DistributedOptimizer::Impl::join() {
   // Every worker starts from rank 0's values (or the job's checkpoint, which init keeps).
   if (options_.set_sgd) worker_.set_optimizer(options_.sgd);
-  if (worker_.rank() == 0) {
+  // A worker that joined a running job finds the weights stored and the others training: no
+  // barrier (it would wait for them forever), its pull below takes the current round's.
+  if (worker_.rank() == 0 && !worker_.joined()) {
     ::torch::NoGradGuard no_grad;
     for (auto& s : slots_)
       worker_.init(s.key, floats_of(s.param.cpu()));
   }
-  worker_.barrier();
+  if (!worker_.joined()) worker_.barrier();
   {
     ::torch::NoGradGuard no_grad;
     std::vector<Handle> pulls;

@@ -41,53 +41,19 @@ max_s=0
 for s in $servers; do [ "$s" -gt "$max_s" ] && max_s=$s; done
 
 work=/tmp/psrt-scaling   # a private tmpfs here
-mkdir -p "$work" /run/sshd
-hosts=()       # namespace names; h0 runs psrun and its scheduler, unshaped
-addr() { echo "10.9.0.$((10 + $1))"; }
+# shellcheck source=perf/netns_hosts.sh
+. "$repo/perf/netns_hosts.sh"
 cleanup() {
-  for p in "$work"/sshd-*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  for h in "${hosts[@]}"; do ip netns del "$h" 2>/dev/null; done
-  ip link del psrt-br 2>/dev/null
+  netns_hosts_down
   rm -rf "$work"
-  return 0
 }
 trap cleanup EXIT
 
-ip link set lo up
-ip link add psrt-br type bridge
-ip addr add 10.9.0.1/24 dev psrt-br
-ip link set psrt-br up
-ssh-keygen -q -t ed25519 -N '' -f "$work/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$work/id"
-cp "$work/id.pub" "$work/authorized_keys"
-# Host i (0..): h0 the launcher, 1..WORKERS the workers, then the servers.
+# Host i (0..): h0 the launcher (psrun and its scheduler, unshaped), 1..WORKERS the workers,
+# then the servers; every link but h0's shaped both ways.
 nhosts=$((1 + workers + max_s))
-for ((i = 0; i < nhosts; i++)); do
-  h=psrt-s$i; hosts+=("$h")
-  ip netns add "$h"
-  ip link add "vb$i" type veth peer name eth0 netns "$h"
-  ip link set "vb$i" master psrt-br
-  ip link set "vb$i" up
-  ip -n "$h" link set lo up
-  ip -n "$h" addr add "$(addr "$i")/24" dev eth0
-  ip -n "$h" link set eth0 up
-  if [ "$i" -gt 0 ]; then  # the link, both ways: out of the host, and into it (the bridge side)
-    ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
-    tc qdisc add dev "vb$i" root tbf rate "$rate" burst 256kb latency 50ms
-  fi
-  printf 'Port 22\nListenAddress %s\nHostKey %s\nAuthorizedKeysFile %s\nPidFile %s\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n' \
-    "$(addr "$i")" "$work/host_key" "$work/authorized_keys" "$work/sshd-$i.pid" > "$work/sshd-$i.conf"
-  ip netns exec "$h" /usr/sbin/sshd -f "$work/sshd-$i.conf" -E "$work/sshd-$i.log"
-done
-ssh_args="-F /dev/null -i $work/id -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=5"
-for ((i = 1; i < nhosts; i++)); do  # every sshd answers (bounded: 50 tries)
-  for try in $(seq 50); do
-    # shellcheck disable=SC2086  # ssh_args is a list of options
-    ip netns exec psrt-s0 ssh $ssh_args "$(addr "$i")" true 2>/dev/null && break
-    [ "$try" = 50 ] && { echo "scaling_netns.sh: sshd on $(addr "$i") does not answer" >&2; exit 1; }
-    sleep 0.1
-  done
-done
+netns_hosts_up "$nhosts" "$work" || exit 1
+netns_shape "$rate"
 worker_hosts=$(for ((i = 1; i <= workers; i++)); do printf '%s%s' "${sep:-}" "$(addr "$i")"; sep=,; done)
 
 {
@@ -130,14 +96,11 @@ if command -v ucx_perftest >/dev/null; then
   # Final: iters typical avg overall-latency avg-bw overall-bw (MB/s = 2^20 B/s) ...
   echo "anchor ucx_perftest tag_bw $w1 -> $s1: $(awk '{print $7}' <<<"$perftest") MiB/s" >> "$out/traffic.txt"
 fi
-link_bytes() {  # bytes through host i's link: what the bridge side sent + received
-  echo $(( $(cat "/sys/class/net/vb$1/statistics/tx_bytes") + $(cat "/sys/class/net/vb$1/statistics/rx_bytes") ))
-}
 cpu_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 for s in $servers; do
   server_hosts=$(for ((j = 1; j <= s; j++)); do printf '%s%s' "${sep2:-}" "$(addr $((workers + j)))"; sep2=,; done)
   unset sep2
-  before=(); for ((i = 1; i < nhosts; i++)); do before+=("$(link_bytes "$i")"); done
+  before=(); for ((i = 1; i < nhosts; i++)); do before+=("$(netns_link_bytes "$i")"); done
   read -r busy0 total0 < <(cpu_busy)
   # Every 100 ms, the bytes through the first worker's and the first server's links (the bridge
   # side: tx = into the host, rx = out of it), for the timeline of a round.
@@ -162,7 +125,7 @@ for s in $servers; do
         printf "S=%s: %.1f s, CPU busy %.0f %% of %s cores; bytes through each link (MiB):", s,
                b - a, 100 * (c[1] - c[2]) / (c[3] - c[4]), n }' 
     for ((i = 1; i < nhosts; i++)); do
-      printf ' %s=%d' "$(addr "$i")" $(( ($(link_bytes "$i") - ${before[$((i - 1))]}) >> 20 ))
+      printf ' %s=%d' "$(addr "$i")" $(( ($(netns_link_bytes "$i") - ${before[$((i - 1))]}) >> 20 ))
     done
     echo
   } >> "$out/traffic.txt"

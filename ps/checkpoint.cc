@@ -14,6 +14,7 @@
 #include "base/fnv.h"
 #include "base/sys_check.h"
 #include "ps/job_checkpoint.h"
+#include "ps/optimizer_state.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {
@@ -24,6 +25,11 @@ constexpr std::uint32_t kSliceMagic = 0x4b435350;  // "PSCK"
 constexpr std::size_t kFileHeader = kSliceCheckpointHeaderBytes;
 constexpr std::size_t kChecksumAt = 56;
 constexpr std::uint32_t kFlagMomentum = 1;
+// The state is Adam/AdamW's moments and step count (ps/optimizer_state.h): 2 * count + 2 values.
+constexpr std::uint32_t kFlagAdamState = 2;
+// The largest MANIFEST read: a line per slice (PSRT_MAX_SLICES_PER_WORKER's 2^20 slices of one
+// worker take about 60 MiB).
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 28;
 
 std::string round_dir(const std::string& dir, std::uint64_t round) {
   return fmt::format("{}/r{:012}", dir, round);
@@ -126,7 +132,10 @@ std::vector<std::byte> encode_slice_checkpoint(std::uint64_t key, const SliceRec
   wire::store<std::uint32_t>(h + 4, kSliceCheckpointFormat);
   wire::store<std::uint64_t>(h + 8, key);
   wire::store<std::uint32_t>(h + 16, slice.index);
-  wire::store<std::uint32_t>(h + 20, momentum.empty() ? 0 : kFlagMomentum);
+  // The state's layout by its size (ps/optimizer_state.h): count values of momentum, or Adam's.
+  wire::store<std::uint32_t>(h + 20, momentum.empty()                 ? 0
+                                     : momentum.size() == slice.count ? kFlagMomentum
+                                                                      : kFlagAdamState);
   wire::store<std::uint64_t>(h + 24, slice.offset);
   wire::store<std::uint64_t>(h + 32, slice.count);
   wire::store<std::uint64_t>(h + 40, total);
@@ -194,16 +203,20 @@ SliceState decode_slice_checkpoint(std::span<const std::byte> file, const std::s
       wire::load<std::uint64_t>(h + 32) != slice.count ||
       wire::load<std::uint64_t>(h + 40) != total)
     throw bad("it holds another slice than the manifest says");
-  if ((flags & ~kFlagMomentum) != 0) throw bad(fmt::format("unknown flags 0x{:x}", flags));
+  if ((flags & ~(kFlagMomentum | kFlagAdamState)) != 0 || flags == (kFlagMomentum | kFlagAdamState))
+    throw bad(fmt::format("unknown flags 0x{:x}", flags));
   // count matches the manifest's, which decode_slices bounded by the tensor's total.
   const std::span<const std::byte> body = file.subspan(kFileHeader);
   if (slice.count > body.size() / sizeof(float)) throw bad("truncated weights");
   const std::size_t vector_bytes = slice.count * sizeof(float);
-  const bool has_momentum = (flags & kFlagMomentum) != 0;
-  if (has_momentum && body.size() < 2 * vector_bytes) throw bad("truncated momentum");
-  if (body.size() > (has_momentum ? 2 : 1) * vector_bytes) throw bad("trailing bytes");
+  const std::size_t state_bytes = (flags & kFlagMomentum) != 0 ? vector_bytes
+                                  : (flags & kFlagAdamState) != 0
+                                      ? adam_state_floats(slice.count) * sizeof(float)
+                                      : 0;
+  if (body.size() < vector_bytes + state_bytes) throw bad("truncated optimizer state");
+  if (body.size() > vector_bytes + state_bytes) throw bad("trailing bytes");
   const auto weights = body.first(vector_bytes);
-  const auto momentum = has_momentum ? body.subspan(vector_bytes) : body.last(0);
+  const auto momentum = body.subspan(vector_bytes);
   const std::uint64_t sum = psrt::fnv1a(
       momentum.data(), momentum.size(),
       psrt::fnv1a(weights.data(), weights.size(), header_checksum(file.first(kFileHeader))));
@@ -226,8 +239,9 @@ SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, st
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw unusable(path, std::strerror(errno));
     if (!S_ISREG(st.st_mode)) throw unusable(path, "not a regular file");
-    // No more than the largest valid file (weights and momentum) is read into memory.
-    const auto largest = kFileHeader + 2 * slice.count * sizeof(float);
+    // No more than the largest valid file (weights and Adam's state) is read into memory.
+    const auto largest =
+        kFileHeader + (slice.count + adam_state_floats(slice.count)) * sizeof(float);
     const auto size = static_cast<std::uint64_t>(st.st_size);
     bytes.resize(std::min<std::uint64_t>(size, largest + 1));
     std::size_t got = 0;
@@ -247,8 +261,15 @@ SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, st
   return decode_slice_checkpoint(bytes, path, round, key, slice, total);
 }
 
+bool is_real_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::symlink_status(path, ec).type() == fs::file_type::directory;
+}
+
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                              std::uint32_t index) {
+  // A round directory that is a symlink is not followed: its files may lie anywhere.
+  if (!is_real_directory(round_dir(dir, round))) return;
   std::error_code ec;
   fs::remove(slice_checkpoint_path(dir, round, key, index), ec);
   fs::remove(round_dir(dir, round), ec);  // only succeeds once empty
@@ -272,11 +293,38 @@ void write_manifest(const std::string& dir, const ShardMap& map) {
 
 bool read_manifest(const std::string& dir, ShardMap& map) {
   const std::string path = dir + "/MANIFEST";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  decode_manifest(text.str(), path, map);
+  // As a slice file is read: never through a symlink (a link to /dev/zero, or out of the
+  // directory), never blocking (a FIFO), never more than the largest manifest into memory.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) return false;
+  if (fd < 0)
+    throw unusable(path, errno == ELOOP ? std::string("it is a symbolic link; a checkpoint "
+                                                      "directory holds regular files only")
+                                        : fmt::format("cannot open it: {}", std::strerror(errno)));
+  std::string text;
+  try {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw unusable(path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw unusable(path, "not a regular file");
+    if (static_cast<std::uint64_t>(st.st_size) > kMaxManifestBytes)
+      throw unusable(path, fmt::format("{} bytes, more than the {} a manifest may have", st.st_size,
+                                       kMaxManifestBytes));
+    text.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw unusable(path, fmt::format("cannot read it: {}", std::strerror(errno)));
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  decode_manifest(text, path, map);
   return true;
 }
 

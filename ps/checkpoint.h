@@ -11,13 +11,16 @@
 //   4       4     format (2; format 1 files are refused with the reason)
 //   8       8     key
 //   16      4     slice index
-//   20      4     flags: bit 0 = momentum follows the weights; other bits must be 0
+//   20      4     flags: bit 0 = SGD momentum follows the weights (count values); bit 1 =
+//   Adam/AdamW
+//                 state follows (2 * count + 2 values, ps/optimizer_state.h); not both; other
+//                 bits must be 0
 //   24      8     offset of the slice in its tensor
 //   32      8     count (elements)
 //   40      8     total (elements of the tensor)
 //   48      8     version = the round of the directory the file lives in
 //   56      8     FNV-1a 64 over bytes 0..55, then the weights, then the momentum
-//   64      ...   count fp32 weights, then (flag bit 0) count fp32 momentum values
+//   64      ...   count fp32 weights, then the optimizer state (flag bit 0 or 1), if any
 // The checksum catches damage and misplaced files (another key, slice or round), not a writer
 // who means harm: anyone who can write the directory can write a valid file.
 #pragma once
@@ -35,7 +38,9 @@ namespace psrt::ps {
 struct SliceState {
   std::uint64_t version = 0;
   std::vector<float> weights;
-  std::vector<float> momentum;  // empty when the optimizer has no momentum yet
+  // The optimizer state (ps/optimizer_state.h): SGD's momentum or Adam's moments and step count;
+  // empty when the optimizer has none yet.
+  std::vector<float> momentum;
 };
 
 std::string slice_checkpoint_path(const std::string& dir, std::uint64_t round, std::uint64_t key,
@@ -69,7 +74,10 @@ SliceState decode_slice_checkpoint(std::span<const std::byte> file, const std::s
 // and decodes it as above. Throws psrt::Error naming the file.
 SliceState read_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                                  const SliceRecord& slice, std::uint64_t total);
-// Deletes one slice's file of an older round (and the round's directory once empty).
+// True when `path` is a directory itself, not a symlink to one (pruning never follows links).
+bool is_real_directory(const std::string& path);
+// Deletes one slice's file of an older round (and the round's directory once empty); nothing
+// when the round's directory is a symlink.
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                              std::uint32_t index);
 

@@ -1,5 +1,7 @@
 #include "ps/consistency.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 
 #include "psrt/error.h"
@@ -26,17 +28,41 @@ Mode parse_mode(std::string_view s) {
               "unknown consistency mode '" + std::string(s) + "': use sync, async or ssp");
 }
 
+std::size_t backup_quorum(std::size_t live, std::uint32_t backup) noexcept {
+  return live > backup ? live - backup : 1;
+}
+
+void check_backup_workers(Mode mode, std::uint32_t backup, std::uint32_t workers,
+                          std::uint32_t replicas) {
+  if (backup == 0) return;
+  if (mode != Mode::kSync)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--backup-workers {} needs --mode sync (mode {} applies every "
+                            "gradient alone and never waits for a round): drop it or use sync",
+                            backup, to_string(mode)));
+  if (backup >= workers)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--backup-workers {} with {} workers: a round needs at least one "
+                            "gradient; use fewer backup workers than -n",
+                            backup, workers));
+  if (replicas > 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--backup-workers {} cannot be combined with --replicas {}: a push "
+                            "re-sent to a promoted backup is numbered by push, not by round; "
+                            "use one of them",
+                            backup, replicas));
+}
+
 std::vector<std::uint32_t> next_update(Mode mode, std::uint64_t staleness,
-                                       std::span<const WorkerClock> live) {
+                                       std::span<const WorkerClock> live, std::uint32_t backup) {
   if (live.empty()) return {};
   switch (mode) {
     case Mode::kSync: {
-      if (!std::all_of(live.begin(), live.end(), [](const auto& w) { return w.queued > 0; }))
-        return {};
-      std::vector<std::uint32_t> all;
+      std::vector<std::uint32_t> ready;
       for (const auto& w : live)
-        all.push_back(w.rank);
-      return all;
+        if (w.queued > 0 && w.current) ready.push_back(w.rank);
+      if (ready.size() < backup_quorum(live.size(), backup)) return {};
+      return ready;
     }
     case Mode::kAsync:
     case Mode::kSsp: {

@@ -23,6 +23,13 @@ std::string host_of(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// Refusals after an exception (std::bad_alloc under a memory limit) come at the rate peers send:
+// logged at a bounded rate, with a count of the lines suppressed.
+log::RateLimit& exception_log_limit() {
+  static log::RateLimit limit;
+  return limit;
+}
+
 }  // namespace
 
 Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
@@ -117,6 +124,13 @@ void Peer::set_rank(std::uint32_t r) {
 
 std::string Peer::name() const {
   auto r = rank_.load(std::memory_order_relaxed);
+  // An accepted peer is what it proved only once authenticated; before, what it claims.
+  if (state_ == State::kAwaitHello) return fmt::format("unauthenticated peer ({})", address());
+  if (state_ == State::kAwaitAuth)
+    return r == kAnyRank
+               ? fmt::format("unauthenticated peer claiming {} ({})", to_string(role_), address())
+               : fmt::format("unauthenticated peer claiming {} {} ({})", to_string(role_), r,
+                             address());
   if (role_ == Role::kScheduler) return fmt::format("scheduler ({})", address());
   if (r == kAnyRank) return fmt::format("{} ({})", to_string(role_), address());
   return fmt::format("{} {} ({})", to_string(role_), r, address());
@@ -235,14 +249,32 @@ std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::stri
   auto peer = find_or_add(conn);
   auto done = std::make_shared<std::promise<Status>>();
   auto result = done->get_future();
+  bool closed = false;
   peer->role_ = remote;
   peer->rank_ = remote_rank;
   peer->hello_rank_ = my_rank;
   {
     std::lock_guard lock(mu_);
-    peer->state_ = Peer::State::kClientAwaitChallenge;
-    peer->my_nonce_ = random_nonce();
-    peer->on_handshake_ = [done](const Status& s) { done->set_value(s); };
+    // The connection is live from t.connect() on: its progress thread may already have taken a
+    // message (a secure peer's HELLO, refused) and closed it, running on_closed() before the
+    // callback below existed, or find_or_add() above may have re-added a peer for the closed
+    // connection. Waiting for that callback then sat out the whole timeout (the flaky
+    // SecureJob.ProcessWithoutTheSecureModeCannotJoin under load); a closed connection fails now.
+    if (!conn->is_open()) {
+      if (auto it = peers_.find(conn->id()); it != peers_.end() && it->second == peer)
+        peers_.erase(it);
+      closed = true;
+    } else {
+      peer->state_ = Peer::State::kClientAwaitChallenge;
+      peer->my_nonce_ = random_nonce();
+      peer->on_handshake_ = [done](const Status& s) { done->set_value(s); };
+    }
+  }
+  if (closed) {
+    throw Error(ErrorCode::kConnectionClosed,
+                fmt::format("{} at {} closed the connection before the authentication handshake "
+                            "began (see the warning above for why)",
+                            what, address));
   }
   Header h;
   h.type = MsgType::kHello;
@@ -314,13 +346,15 @@ void Endpoint::refuse_after_exception(transport::Connection& conn,
   try {
     auto peer = find(conn.id());
     if (!peer) {
-      PSRT_LOG_ERROR("closing connection {} with {}: {}", conn.id(), conn.peer(), why.message());
+      log::emit_limited(exception_log_limit(), log::Level::kError,
+                        "closing connection {} with {}: {}", conn.id(), conn.peer(), why.message());
       conn.close();
       return;
     }
     Header h;
     (void)decode(header, size, limits_, h);  // for the request id, if any
-    PSRT_LOG_ERROR("{}: {}", peer->name(), why.message());
+    log::emit_limited(exception_log_limit(), log::Level::kError, "{}: {}", peer->name(),
+                      why.message());
     peer->send_error(h.request_id, why.code(), why.message(), /*then_close=*/true);
   } catch (...) {
     // Not even the ERROR could be sent (no memory for it): close without one.
@@ -498,17 +532,38 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
     if (holds_secret)
       return fail(ErrorCode::kAuthentication,
                   fmt::format("{} {} did not prove the membership credential the scheduler "
-                              "gave that rank: a worker connects to servers only as the rank "
+                              "gave that rank: a {} connects to servers only as the rank "
                               "it registered as",
-                              to_string(peer.role_), peer.rank_));
+                              to_string(peer.role_), peer.rank_, to_string(peer.role_)));
+    if (refused)
+      return fail(ErrorCode::kAuthentication,
+                  fmt::format("the peer's proof does not match: a wrong job secret (start every "
+                              "process with the job's PSRT_SECRET), or {}",
+                              refused->message()));
     return fail(ErrorCode::kAuthentication,
                 fmt::format("the peer's proof does not match: a wrong job secret (start every "
                             "process with the job's PSRT_SECRET), or {} {} is not a live "
-                            "member with the credential the scheduler gave it (a worker "
+                            "member with the credential the scheduler gave it (a {} "
                             "connects to servers only as the rank it registered as)",
-                            to_string(peer.role_), peer.rank_));
+                            to_string(peer.role_), peer.rank_, to_string(peer.role_)));
+  }
+  if (peer.rank_ != kAnyRank) {
+    std::size_t same = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, p] : peers_)
+        if (p.get() != &peer && p->state_ == Peer::State::kReady && p->accepted_ &&
+            p->role_ == peer.role_ && p->rank_ == peer.rank_)
+          ++same;
+    }
+    if (same >= admission_.max_per_rank)
+      return fail(ErrorCode::kInvalidArgument,
+                  fmt::format("{} {} already holds {} authenticated connections here, the most "
+                              "one rank may",
+                              to_string(peer.role_), peer.rank_, same));
   }
   peer.credential_ = credential;
+  peer.accepted_ = true;
   peer.state_ = Peer::State::kReady;
   auto proof = prove(secret_, "acceptor", client, acceptor, peer.their_nonce_, peer.my_nonce_);
   Header w;
@@ -563,6 +618,7 @@ void Endpoint::on_welcome(Peer& peer, const Header& h, std::span<const std::byte
 
 void Endpoint::on_closed(transport::Connection& conn, const Status& why) {
   std::shared_ptr<Peer> peer;
+  std::function<void(const Status&)> on_handshake;
   {
     std::lock_guard lock(mu_);
     auto it = peers_.find(conn.id());
@@ -571,8 +627,9 @@ void Endpoint::on_closed(transport::Connection& conn, const Status& why) {
     peers_.erase(it);
     peer->inflight_.clear();
     release_pending_locked(*peer);
+    on_handshake = std::move(peer->on_handshake_);  // under mu_, where connect() installs it
   }
-  if (auto cb = std::move(peer->on_handshake_))
+  if (auto cb = std::move(on_handshake))
     cb(Status(why.ok() ? ErrorCode::kConnectionClosed : why.code(),
               "connection closed during the handshake: " + why.message()));
   if (peer->authenticated()) handler_->on_peer_closed(*peer, why);

@@ -56,6 +56,10 @@ struct Admission {
   // a connection beyond either is closed at once.
   std::size_t max_pending = 512;
   std::size_t max_pending_per_host = 128;
+  // Authenticated accepted connections of one role and rank at once (a job needs one, and one
+  // more while a closed one lingers): a holder of the secret and a rank's credential cannot pin
+  // memory by opening many, each with a half-sent message.
+  std::size_t max_per_rank = 4;
 };
 
 class Peer : public std::enable_shared_from_this<Peer> {
@@ -102,6 +106,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   std::atomic<std::uint32_t> rank_{kAnyRank};
   std::optional<Credential> credential_;  // set before the peer is ready, then constant
   std::uint32_t hello_rank_ = kAnyRank;   // client side: the rank this end claimed in HELLO
+  bool accepted_ = false;                 // an accepted (not dialled) peer that authenticated
   Nonce my_nonce_{};
   Nonce their_nonce_{};
   std::atomic<std::int64_t> last_seen_{0};

@@ -211,6 +211,7 @@ bool job_round_complete(const std::string& dir, std::uint64_t round, std::string
 void remove_job_round(const std::string& dir, std::uint64_t round) {
   std::error_code ec;
   const std::string rdir = checkpoint_round_dir(dir, round);
+  if (!is_real_directory(rdir)) return;  // a symlinked round is not followed
   fs::remove(job_manifest_path(dir, round), ec);
   for (const auto& entry : fs::directory_iterator(rdir, ec)) {
     const std::string name = entry.path().filename().string();

@@ -6,13 +6,14 @@
 // acceptor proved in WELCOME. What the table says (tests/unit/protocol_test.cc pins it):
 //
 //   receiver   sender      may send
-//   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, ERROR
-//   scheduler  worker      REGISTER, UNREGISTER, LOCATE, BARRIER, HEARTBEAT, ERROR
-//   server     scheduler   REGISTER_REPLY, MEMBERSHIP, SHUTDOWN, ERROR
+//   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, METRICS, TIMELINE, CLOCK, ERROR
+//   scheduler  worker      REGISTER, UNREGISTER, LOCATE, BARRIER, HEARTBEAT, METRICS, TIMELINE,
+//                          CLOCK, ERROR
+//   server     scheduler   REGISTER_REPLY, MEMBERSHIP, SHUTDOWN, CLOCK_REPLY, ERROR
 //   server     worker      INIT, SET_OPTIMIZER, PUSH, PULL, PUSH_PULL, DEVICE_INFO,
 //                          PUSH_IPC, PUSH_PULL_IPC, PULL_IPC, ERROR
 //   worker     scheduler   REGISTER_REPLY, UNREGISTER_REPLY, LOCATE_REPLY, BARRIER_REPLY,
-//                          SHUTDOWN, ERROR
+//                          SHUTDOWN, CLOCK_REPLY, ERROR
 //   worker     server      INIT_REPLY, SET_OPTIMIZER_REPLY, PUSH_ACK, PULL_REPLY,
 //                          DEVICE_INFO_REPLY, PULL_IPC_REPLY, ERROR
 // Nothing else: servers do not talk to servers, workers not to workers, and only the scheduler

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 
+#include "transport/secure/handshake.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {
@@ -35,6 +36,88 @@ Status check_slice(const Header& h) {
     return bad(fmt::format("{} slice [{}, +{}) lies outside a tensor of {} elements",
                            to_string(h.type), h.offset, h.count, h.total));
   return {};
+}
+
+// The payload of a control message (no body, text, fixed records): its size against the type.
+Status check_control_payload(const Header& h, std::size_t payload_size) {
+  const auto name = to_string(h.type);
+  const Body body = body_of(h.type);
+  if (body == Body::kNone) {
+    if (payload_size != 0)
+      return bad(fmt::format("{} carries no payload, got {} bytes", name, payload_size));
+    return {};
+  }
+  if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
+  if (body == Body::kBytes) {
+    if (payload_size > kMaxControlBytes)
+      return bad(
+          fmt::format("{} payload of {} bytes exceeds {}", name, payload_size, kMaxControlBytes));
+    return {};
+  }
+  // kFixed, kRecords
+  if (h.count > kMaxControlBytes / 4 || fixed_size(h) > kMaxControlBytes)
+    return bad(fmt::format("{} with {} records exceeds the {}-byte control limit", name, h.count,
+                           kMaxControlBytes));
+  if (payload_size != fixed_size(h))
+    return bad(
+        fmt::format("{} payload of {} bytes, expected {}", name, payload_size, fixed_size(h)));
+  return {};
+}
+
+// A slice's values (INIT, PUSH, PULL, their replies): dtype, slice, limit, count x dtype size.
+Status check_data_payload(const Header& h, std::size_t payload_size, const Limits& limits) {
+  const auto name = to_string(h.type);
+  const Body body = body_of(h.type);
+  const bool pull = body == Body::kPull;
+  if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
+  if (body != Body::kData && h.dtype != WireType::kF32)
+    return bad(fmt::format("{} must carry f32 values", name));
+  if (body != Body::kF32Reply)
+    if (auto s = check_slice(h); !s.ok()) return s;
+  if (h.count > limits.max_data_bytes / wire_size(h.dtype))
+    return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
+                           limits.max_data_bytes));
+  const std::size_t want = pull ? 0 : h.count * wire_size(h.dtype);
+  if (payload_size != want)
+    return bad(fmt::format("{} payload of {} bytes, but {} elements of {} bytes need {}", name,
+                           payload_size, h.count, wire_size(h.dtype), want));
+  return {};
+}
+
+// A slice described by CUDA IPC records: the slice as for data, the records' fixed size.
+Status check_ipc_payload(const Header& h, std::size_t payload_size, const Limits& limits) {
+  const auto name = to_string(h.type);
+  if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
+  if (body_of(h.type) == Body::kF32Ipc && h.dtype != WireType::kF32)
+    return bad(fmt::format("{} must describe f32 values", name));
+  if (auto s = check_slice(h); !s.ok()) return s;
+  if (h.count > limits.max_data_bytes / wire_size(h.dtype))
+    return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
+                           limits.max_data_bytes));
+  const std::size_t want = info(h.type).bytes;
+  if (payload_size != want)
+    return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size, want));
+  return {};
+}
+
+// The payload a header announces, by its type's body kind (PSRT_PS_MESSAGES).
+Status check_payload(const Header& h, std::size_t payload_size, const Limits& limits) {
+  switch (body_of(h.type)) {
+    case Body::kNone:
+    case Body::kBytes:
+    case Body::kFixed:
+    case Body::kRecords:
+      return check_control_payload(h, payload_size);
+    case Body::kData:
+    case Body::kF32Data:
+    case Body::kF32Reply:
+    case Body::kPull:
+      return check_data_payload(h, payload_size, limits);
+    case Body::kIpc:
+    case Body::kF32Ipc:
+      return check_ipc_payload(h, payload_size, limits);
+  }
+  return bad(fmt::format("{} has no body kind", to_string(h.type)));
 }
 
 }  // namespace
@@ -74,6 +157,18 @@ std::string_view to_string(WireType t) noexcept {
   return "?";
 }
 
+WireType to_wire(GradType t) {
+  if (static_cast<int>(t) >= kNumGradTypes)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("unknown GradType {}", static_cast<int>(t)));
+  return static_cast<WireType>(t);
+}
+
+GradType to_grad_type(WireType t) {
+  if (t == WireType::kBytes) throw Error(ErrorCode::kInternal, "to_grad_type of a byte payload");
+  return static_cast<GradType>(t);
+}
+
 std::size_t wire_size(WireType t) noexcept {
   switch (t) {
     case WireType::kF32:
@@ -106,6 +201,12 @@ HeaderBytes encode(const Header& h) {
 
 Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const Limits& limits,
               Header& out) {
+  // Both ends of a connection send first, so a process without the secure mode often reads the
+  // secure peer's HELLO before the peer reads its bytes: name the cause here too.
+  if (bytes.size() >= 4 && load<std::uint32_t>(bytes.data()) == transport::secure::kMagic)
+    return bad(
+        "a secure-mode handshake: the peer runs in secure mode and this process does not; both "
+        "ends must run in secure mode (psrun --secure / PSRT_SECURE=1)");
   if (bytes.size() != kHeaderBytes)
     return bad(fmt::format("header of {} bytes, expected {}", bytes.size(), kHeaderBytes));
   const std::byte* b = bytes.data();
@@ -134,63 +235,9 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
   h.arg0 = load<std::uint32_t>(b + 56);
   h.arg1 = load<std::uint32_t>(b + 60);
 
-  const auto name = to_string(h.type);
-  switch (body_of(h.type)) {
-    case Body::kNone:
-      if (payload_size != 0)
-        return bad(fmt::format("{} carries no payload, got {} bytes", name, payload_size));
-      break;
-    case Body::kBytes:
-      if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
-      if (payload_size > kMaxControlBytes)
-        return bad(
-            fmt::format("{} payload of {} bytes exceeds {}", name, payload_size, kMaxControlBytes));
-      break;
-    case Body::kFixed:
-    case Body::kRecords:
-      if (h.dtype != WireType::kBytes) return bad(fmt::format("{} with a data dtype", name));
-      if (h.count > kMaxControlBytes / 4 || fixed_size(h) > kMaxControlBytes)
-        return bad(fmt::format("{} with {} records exceeds the {}-byte control limit", name,
-                               h.count, kMaxControlBytes));
-      if (payload_size != fixed_size(h))
-        return bad(
-            fmt::format("{} payload of {} bytes, expected {}", name, payload_size, fixed_size(h)));
-      break;
-    case Body::kData:
-    case Body::kF32Data:
-    case Body::kF32Reply:
-    case Body::kPull: {
-      const Body body = body_of(h.type);
-      const bool pull = body == Body::kPull;
-      if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
-      if (body != Body::kData && h.dtype != WireType::kF32)
-        return bad(fmt::format("{} must carry f32 values", name));
-      if (body != Body::kF32Reply)
-        if (auto s = check_slice(h); !s.ok()) return s;
-      if (h.count > limits.max_data_bytes / wire_size(h.dtype))
-        return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
-                               limits.max_data_bytes));
-      const std::size_t want = pull ? 0 : h.count * wire_size(h.dtype);
-      if (payload_size != want)
-        return bad(fmt::format("{} payload of {} bytes, but {} elements of {} bytes need {}", name,
-                               payload_size, h.count, wire_size(h.dtype), want));
-      break;
-    }
-    case Body::kIpc:
-    case Body::kF32Ipc: {
-      if (!is_data(h.dtype)) return bad(fmt::format("{} without a data dtype", name));
-      if (body_of(h.type) == Body::kF32Ipc && h.dtype != WireType::kF32)
-        return bad(fmt::format("{} must describe f32 values", name));
-      if (auto s = check_slice(h); !s.ok()) return s;
-      if (h.count > limits.max_data_bytes / wire_size(h.dtype))
-        return bad(fmt::format("{} of {} elements exceeds the {}-byte slice limit", name, h.count,
-                               limits.max_data_bytes));
-      const std::size_t want = info(h.type).bytes;
-      if (payload_size != want)
-        return bad(fmt::format("{} payload of {} bytes, expected {}", name, payload_size, want));
-      break;
-    }
-  }
+  if (h.type == MsgType::kInit && h.key_update() > kMaxKeyUpdate)
+    return bad(fmt::format("INIT with key update {} (0 optimizer, 1 mean, 2 sum)", h.key_update()));
+  if (Status st = check_payload(h, payload_size, limits); !st.ok()) return st;
   out = h;
   return {};
 }
@@ -282,6 +329,29 @@ Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord
   return {};
 }
 
+namespace {
+
+// Adam's and AdamW's bounds (torch.optim.Adam's), and the SGD-only fields they do not take.
+Status check_adam(const OptimizerConfig& c) {
+  if (c.algorithm == OptimizerAlgorithm::kSgd) return {};
+  const char* name = c.algorithm == OptimizerAlgorithm::kAdam ? "Adam" : "AdamW";
+  if (!(c.beta1 >= 0.f && c.beta1 < 1.f) || !(c.beta2 >= 0.f && c.beta2 < 1.f) ||
+      !(c.eps > 0.f && c.eps <= 3.4e38f))
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("{} betas=({}, {}) eps={}: each beta must be in [0, 1) and eps "
+                              "finite and > 0",
+                              name, c.beta1, c.beta2, c.eps));
+  if (c.momentum != 0.f || c.dampening != 0.f || c.nesterov)
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("{} takes no momentum, dampening or nesterov (those are SGD's; "
+                              "Adam's momentum is betas): got momentum={} dampening={} "
+                              "nesterov={}",
+                              name, c.momentum, c.dampening, c.nesterov));
+  return {};
+}
+
+}  // namespace
+
 std::vector<std::byte> encode_optimizer(const OptimizerConfig& c) {
   std::vector<std::byte> out(kOptimizerRecordBytes);
   store<std::uint32_t>(&out[0], std::bit_cast<std::uint32_t>(c.lr));
@@ -291,6 +361,10 @@ std::vector<std::byte> encode_optimizer(const OptimizerConfig& c) {
   store<std::uint32_t>(&out[16], (c.nesterov ? kOptimizerNesterov : 0u) |
                                      (c.skip_nonfinite ? kOptimizerSkipNonfinite : 0u));
   store<std::uint32_t>(&out[20], std::bit_cast<std::uint32_t>(c.max_grad_norm));
+  store<std::uint32_t>(&out[24], static_cast<std::uint32_t>(c.algorithm));
+  store<std::uint32_t>(&out[28], std::bit_cast<std::uint32_t>(c.beta1));
+  store<std::uint32_t>(&out[32], std::bit_cast<std::uint32_t>(c.beta2));
+  store<std::uint32_t>(&out[36], std::bit_cast<std::uint32_t>(c.eps));
   return out;
 }
 
@@ -299,11 +373,20 @@ Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out) 
     return bad(fmt::format("optimizer record of {} bytes", bytes.size()));
   auto f32 = [&](std::size_t at) { return std::bit_cast<float>(load<std::uint32_t>(&bytes[at])); };
   const auto flags = load<std::uint32_t>(&bytes[16]);
-  const OptimizerConfig c{.lr = f32(0),
+  const auto algorithm = load<std::uint32_t>(&bytes[24]);
+  if (algorithm > static_cast<std::uint32_t>(OptimizerAlgorithm::kAdamW))
+    return Status(
+        ErrorCode::kInvalidArgument,
+        fmt::format("optimizer algorithm {} is not known (0 sgd, 1 adam, 2 adamw)", algorithm));
+  const OptimizerConfig c{.algorithm = static_cast<OptimizerAlgorithm>(algorithm),
+                          .lr = f32(0),
                           .momentum = f32(4),
                           .dampening = f32(8),
                           .weight_decay = f32(12),
                           .nesterov = (flags & kOptimizerNesterov) != 0,
+                          .beta1 = f32(28),
+                          .beta2 = f32(32),
+                          .eps = f32(36),
                           .max_grad_norm = f32(20),
                           .skip_nonfinite = (flags & kOptimizerSkipNonfinite) != 0};
   if ((flags & ~(kOptimizerNesterov | kOptimizerSkipNonfinite)) != 0)
@@ -323,6 +406,7 @@ Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out) 
   if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
     return Status(ErrorCode::kInvalidArgument,
                   "Nesterov momentum requires a momentum > 0 and zero dampening");
+  if (Status st = check_adam(c); !st.ok()) return st;
   out = c;
   return {};
 }

@@ -10,9 +10,8 @@
 //
 // This header is the wire format only: it includes the standard library and include/psrt/, and
 // nothing of the layers below ps/. The codecs whose C++ types belong to a lower layer live in a
-// header named after that layer, next to their users: ps/protocol_kernels.h (kernels::DType)
-// and ps/protocol_device.h (device::IpcRecord). Their record sizes stay
-// here, since decode() checks payload sizes against them.
+// header named after that layer, next to their users: ps/protocol_device.h (device::IpcRecord).
+// Their record sizes stay here, since decode() checks payload sizes against them.
 #pragma once
 
 #include <array>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "psrt/error.h"
+#include "psrt/grad_type.h"
 #include "psrt/optimizer.h"
 
 namespace psrt::ps {
@@ -33,7 +33,12 @@ namespace psrt::ps {
 inline constexpr std::uint32_t kMagic = 0x4d505350;  // "PSPM" in memory order
 // 2: the handshake proofs cover role, rank and the membership credential; MEMBERSHIP carries
 // each worker's credential; REGISTER_REPLY gives a worker its own.
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: the optimizer record (SET_OPTIMIZER) carries the algorithm (SGD, Adam, AdamW), betas and eps;
+// REPLICATE has a part 2 (Adam's exp_avg_sq, its step count in the header); REGISTER_REPLY gives
+// a server its credential and REPLICA_SET names the primary and its credential; INIT's arg1 is the
+// key's update (optimizer, mean, sum); PULL_REPLY's arg1 says the round's gradients and the late
+// pushes dropped (--backup-workers); METRICS, TIMELINE, CLOCK and CLOCK_REPLY are new.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 64;
 // Text and table payloads (errors, addresses, slice tables) stay below this.
 inline constexpr std::size_t kMaxControlBytes = 1 << 20;
@@ -70,8 +75,9 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* Scheduler. */                                                                                 \
   /* role, rank wanted (kAnyRank); payload: a server's listen address */                           \
   X(kRegister, 6, "REGISTER", kBytes, 0, kServerToScheduler | kWorkerToScheduler)                  \
-  /* assigned_rank, live_workers, round = checkpoint to resume; payload addresses; to a */         \
-  /* worker: key, offset = its membership credential (credential_of) */                            \
+  /* assigned_rank, live_workers, round = checkpoint to resume; payload addresses; key, */         \
+  /* offset = the registration's credential (credential_of), a worker's or a server's; to a */     \
+  /* worker: count = 1 when it joined a running job (after the rendezvous) */                      \
   X(kRegisterReply, 7, "REGISTER_REPLY", kBytes, 0, kSchedulerToServer | kSchedulerToWorker)       \
   X(kUnregister, 8, "UNREGISTER", kNone, 0, kWorkerToScheduler)                                    \
   X(kUnregisterReply, 9, "UNREGISTER_REPLY", kNone, 0, kSchedulerToWorker)                         \
@@ -103,7 +109,7 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   X(kPull, 24, "PULL", kPull, 0, kWorkerToServer)                                                  \
   /* PUSH + PULL in one message */                                                                 \
   X(kPushPull, 25, "PUSH_PULL", kData, 0, kWorkerToServer)                                         \
-  /* payload count f32 weights; round = slice version */                                           \
+  /* payload count f32 weights; round = slice version; round_workers(), late_dropped() */          \
   X(kPullReply, 26, "PULL_REPLY", kF32Reply, 0, kServerToWorker)                                   \
   /* CUDA IPC (worker and CUDA server on one host, device/ipc.h): slices stay in the worker's */   \
   /* GPU memory and the server reads or writes them in place; the payload is IpcRecords. */        \
@@ -128,7 +134,9 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   X(kReplicateCommit, 34, "REPLICATE_COMMIT", kRecords, kReplicaCountBytes, kServerToServer)       \
   X(kReplicateAck, 35, "REPLICATE_ACK", kNone, 0, kServerToServer)                                 \
   /* scheduler → server: lost_server(), promote_to(), round = the rank of the server this one */ \
-  /* replicates to; payload its address (no line: none) → REPLICA_SET_ACK once promoted */       \
+  /* replicates to; payload its address (no line: none); total = the rank of the server that */    \
+  /* replicates to this one (kAnyRank: none), key, offset = that server's credential */            \
+  /* (credential_of) → REPLICA_SET_ACK once promoted and every slice's copy acknowledged */      \
   X(kReplicaSet, 36, "REPLICA_SET", kBytes, 0, kSchedulerToServer)                                 \
   X(kReplicaSetAck, 37, "REPLICA_SET_ACK", kNone, 0, kServerToScheduler)                           \
   /* scheduler → worker: the slices of server lost_server() are served by promote_to() now */    \
@@ -136,21 +144,54 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* Versions (Worker::version): the coordinates of a slice, as a PULL's → VERSION_REPLY: */     \
   /* round = the slice's version, read without waiting for this worker's pushes */                 \
   X(kVersion, 39, "VERSION", kPull, 0, kWorkerToServer)                                            \
-  X(kVersionReply, 40, "VERSION_REPLY", kNone, 0, kServerToWorker)
+  X(kVersionReply, 40, "VERSION_REPLY", kNone, 0, kServerToWorker)                                 \
+  /* Live metrics (psrun --metrics-port, ps/metrics.h): a process's counters, gauges and */        \
+  /* histogram buckets on the heartbeat cadence, count MetricRecords; no reply */                  \
+  X(kMetrics, 60, "METRICS", kRecords, kMetricRecordBytes,                                         \
+    kServerToScheduler | kWorkerToScheduler)                                                       \
+  /* Timeline (psrun --timeline, ps/timeline.h): count TimelineRecords on the scheduler's */       \
+  /* clock; round = the sender's clock uncertainty in ns; no reply */                              \
+  X(kTimeline, 61, "TIMELINE", kRecords, kTimelineRecordBytes,                                     \
+    kServerToScheduler | kWorkerToScheduler)                                                       \
+  /* → CLOCK_REPLY: round = the scheduler's clock in ns (ps/timeline.h) */                       \
+  X(kClock, 62, "CLOCK", kNone, 0, kServerToScheduler | kWorkerToScheduler)                        \
+  X(kClockReply, 63, "CLOCK_REPLY", kNone, 0, kSchedulerToServer | kSchedulerToWorker)
+
+// The wire values of the rows, in table order. Each helper range of values (50-59, 60-69, ...)
+// leaves a gap below it: the rows' values rise, but need not be consecutive.
+inline constexpr std::uint8_t kMessageValues[] = {
+#define PSRT_PS_MESSAGE_VALUE(e, value, name, body, bytes, routes) value,
+    PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_VALUE)
+#undef PSRT_PS_MESSAGE_VALUE
+};
 
 enum class MsgType : std::uint8_t {
 #define PSRT_PS_MESSAGE_ENUM(e, value, name, body, bytes, routes) e = value,
-#define PSRT_PS_MESSAGE_COUNT(e, value, name, body, bytes, routes) +1
   PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_ENUM)
-  // The highest type: the rows are numbered 1..kLast without a gap (checked below).
-  kLast = 0 PSRT_PS_MESSAGES(PSRT_PS_MESSAGE_COUNT),
-#undef PSRT_PS_MESSAGE_COUNT
+  // The highest wire value (the last row's: rows rise, checked below).
+  kLast = kMessageValues[std::size(kMessageValues) - 1],
 #undef PSRT_PS_MESSAGE_ENUM
 };
 std::string_view to_string(MsgType t) noexcept;  // "PUSH_PULL"; "?" for a value not in the table
 
-// Payload element type. kBytes is for control payloads (text, tables, nonces).
-enum class WireType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kBytes = 3 };
+// Payload element type: the gradient types (psrt::GradType, with the same values) and kBytes for
+// control payloads (text, tables, nonces).
+enum class WireType : std::uint8_t {
+  kF32 = static_cast<std::uint8_t>(GradType::kF32),
+  kF16 = static_cast<std::uint8_t>(GradType::kF16),
+  kBF16 = static_cast<std::uint8_t>(GradType::kBF16),
+  kBytes = kNumGradTypes,
+};
+// The dtype byte of the wire format (kProtocolVersion): a GradType added without a new
+// version would move kBytes.
+static_assert(kNumGradTypes == 3 && static_cast<int>(WireType::kBytes) == 3,
+              "the wire's dtype values are fixed: f32 0, f16 1, bf16 2, bytes 3");
+// A gradient type's wire value (the same number). Throws psrt::Error (kInvalidArgument) for a
+// value that is no GradType.
+WireType to_wire(GradType t);
+// The gradient type of a data payload. Throws psrt::Error (kInternal) for kBytes, which decode()
+// never lets through on a data message.
+GradType to_grad_type(WireType t);
 std::string_view to_string(WireType t) noexcept;  // "f32", "f16", "bf16", "bytes"
 
 enum class Role : std::uint32_t { kScheduler = 0, kServer = 1, kWorker = 2 };
@@ -196,7 +237,7 @@ struct Header {
   // ErrorCode (or kOk: an ERROR is never success). shutdown_code(): kOk when the job finished,
   // else the same as error_code().
   ErrorCode error_code() const noexcept {
-    return arg0 != 0 && arg0 <= static_cast<std::uint32_t>(ErrorCode::kNotFound)
+    return arg0 != 0 && arg0 <= static_cast<std::uint32_t>(kLastErrorCode)
                ? static_cast<ErrorCode>(arg0)
                : ErrorCode::kProtocol;
   }
@@ -212,9 +253,26 @@ struct Header {
   void set_lost_server(std::uint32_t r) noexcept { arg0 = r; }
   std::uint32_t promote_to() const noexcept { return arg1; }
   void set_promote_to(std::uint32_t r) noexcept { arg1 = r; }
-  // arg1 of REPLICATE: which part of the slice's state the payload is (0 weights, 1 momentum).
+  // arg1 of REPLICATE: which part of the slice's state the payload is (0 weights, 1 SGD's momentum
+  // or Adam's exp_avg, 2 Adam's exp_avg_sq).
   std::uint32_t part() const noexcept { return arg1; }
   void set_part(std::uint32_t p) noexcept { arg1 = p; }
+  // request_id of REPLICATE part 2 (no reply is asked for): the slice's Adam step count.
+  std::uint64_t adam_steps() const noexcept { return request_id; }
+  void set_adam_steps(std::uint64_t n) noexcept { request_id = n; }
+  // arg1 of INIT: what the servers do with the key's rounds (psrt::KeyUpdate: 0 the optimizer,
+  // 1 mean only, 2 sum only); decode() refuses another value.
+  std::uint32_t key_update() const noexcept { return arg1; }
+  void set_key_update(std::uint32_t u) noexcept { arg1 = u; }
+  // arg1 of PULL_REPLY and PULL_IPC_REPLY: the gradients in the update that made this version
+  // (bits 0-23; 0 for the initial value) and the receiver's pushes of the slice dropped as late
+  // since its previous reply of it (bits 24-31, saturating at 255; psrun --backup-workers).
+  std::uint32_t round_workers() const noexcept { return arg1 & 0xffffffu; }
+  std::uint32_t late_dropped() const noexcept { return arg1 >> 24; }
+  void set_round_info(std::uint32_t workers, std::uint64_t dropped) noexcept {
+    arg1 =
+        (workers & 0xffffffu) | (static_cast<std::uint32_t>(dropped > 255 ? 255 : dropped) << 24);
+  }
   // arg1 of INIT_REPLY: this INIT stored its value (the first init of the key in the job).
   bool stored() const noexcept { return arg1 != 0; }
   void set_stored(bool stored) noexcept { arg1 = stored ? 1 : 0; }
@@ -222,6 +280,9 @@ struct Header {
 
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
 HeaderBytes encode(const Header& h);
+
+// The highest KeyUpdate value an INIT may carry (psrt::KeyUpdate::kSum).
+inline constexpr std::uint32_t kMaxKeyUpdate = 2;
 
 // Limits a receiver enforces on top of the format itself.
 struct Limits {
@@ -237,7 +298,6 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
               Header& out);
 
 std::size_t wire_size(WireType t) noexcept;
-// WireType <-> kernels::DType: ps/protocol_kernels.h.
 
 // One slice of a key as the scheduler placed it (kLocateReply payload record, 24 bytes).
 struct SliceRecord {
@@ -265,6 +325,10 @@ struct MemberRecord {
   Credential credential{};
 };
 inline constexpr std::size_t kMemberRecordBytes = 4 + kCredentialBytes;
+// One value of a METRICS report (16 bytes; codec and meaning: ps/metrics.h).
+inline constexpr std::size_t kMetricRecordBytes = 16;
+// One event of a TIMELINE report (40 bytes; codec and meaning: ps/timeline.h).
+inline constexpr std::size_t kTimelineRecordBytes = 40;
 std::vector<std::byte> encode_members(std::span<const MemberRecord> members);
 // Ranks assigned (not kAnyRank) and unique.
 Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord>& out);
@@ -272,15 +336,17 @@ Status decode_members(std::span<const std::byte> bytes, std::vector<MemberRecord
 void set_credential(Header& h, const Credential& c);
 Credential credential_of(const Header& h);
 
-// kSetOptimizer payload (24 bytes): lr, momentum, dampening, weight_decay (f32), flags (u32:
+// kSetOptimizer payload (40 bytes): lr, momentum, dampening, weight_decay (f32), flags (u32:
 // bit 0 nesterov, bit 1 skip_nonfinite; other bits must be 0), max_grad_norm (f32, finite,
-// >= 0). The first 20 bytes are the old record's, whose nesterov word was 0 or 1; a peer of the
-// old build is refused by the payload size check, with a message naming both sizes.
-inline constexpr std::size_t kOptimizerRecordBytes = 24;
+// >= 0), algorithm (u32: 0 SGD, 1 Adam, 2 AdamW), beta1, beta2, eps (f32). A peer of an older
+// build is refused by the HELLO's protocol version (3), and a record of another size by the
+// payload size check, with a message naming both sizes.
+inline constexpr std::size_t kOptimizerRecordBytes = 40;
 inline constexpr std::uint32_t kOptimizerNesterov = 1u << 0;
 inline constexpr std::uint32_t kOptimizerSkipNonfinite = 1u << 1;
 std::vector<std::byte> encode_optimizer(const OptimizerConfig& c);
-// Checks the values as torch.optim.SGD does (finite, >= 0, dampening <= 1, Nesterov's needs) and
+// Checks the values as torch.optim.SGD/Adam/AdamW do (finite, >= 0, dampening <= 1, Nesterov's
+// needs, betas in [0, 1), eps > 0; Adam and AdamW take no momentum, dampening or Nesterov) and
 // the flags; errors are kProtocol for the size, kInvalidArgument for the values.
 Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out);
 
@@ -328,7 +394,7 @@ struct MessageInfo {
   std::uint8_t routes;
 };
 
-// The table itself, indexed by wire value - 1.
+// The table itself, in row order.
 inline constexpr MessageInfo kMessages[] = {
 #define PSRT_PS_MESSAGE_INFO(e, value, name, body, bytes, routes) \
   {MsgType::e, name, Body::body, bytes, static_cast<std::uint8_t>(routes)},
@@ -336,19 +402,28 @@ inline constexpr MessageInfo kMessages[] = {
 #undef PSRT_PS_MESSAGE_INFO
 };
 
-constexpr bool message_table_is_dense() {
-  for (std::size_t i = 0; i < std::size(kMessages); ++i)
-    if (static_cast<std::size_t>(kMessages[i].type) != i + 1) return false;
-  return std::size(kMessages) == static_cast<std::size_t>(MsgType::kLast);
+constexpr bool message_values_rise() {
+  if (kMessageValues[0] < 1) return false;
+  for (std::size_t i = 1; i < std::size(kMessageValues); ++i)
+    if (kMessageValues[i] <= kMessageValues[i - 1]) return false;
+  return true;
 }
-static_assert(message_table_is_dense(), "PSRT_PS_MESSAGES rows must be numbered 1, 2, 3, ...");
+static_assert(message_values_rise(), "PSRT_PS_MESSAGES rows must have rising wire values >= 1");
 
+// Wire value → 1 + its row in kMessages; 0 for a value no row has.
+inline constexpr auto kMessageRow = [] {
+  std::array<std::uint8_t, 256> row{};
+  for (std::size_t i = 0; i < std::size(kMessageValues); ++i)
+    row[kMessageValues[i]] = static_cast<std::uint8_t>(i + 1);
+  return row;
+}();
+
+constexpr bool is_message_type(std::uint8_t value) noexcept {
+  return kMessageRow[value] != 0;
+}
 // The row of `t`; t must be a type of the table (decode() guarantees it for received headers).
 constexpr const MessageInfo& info(MsgType t) noexcept {
-  return kMessages[static_cast<std::size_t>(t) - 1];
-}
-constexpr bool is_message_type(std::uint8_t value) noexcept {
-  return value >= 1 && value <= static_cast<std::uint8_t>(MsgType::kLast);
+  return kMessages[kMessageRow[static_cast<std::uint8_t>(t)] - 1];
 }
 constexpr Body body_of(MsgType t) noexcept {
   return info(t).body;

@@ -4,6 +4,8 @@
 
 #include <future>
 
+#include "base/log.h"
+
 namespace psrt::ps {
 
 std::uint64_t Requests::add(const Peer& peer, std::string what, Done done, MutableBuffer dest) {
@@ -13,11 +15,13 @@ std::uint64_t Requests::add(const Peer& peer, std::string what, Done done, Mutab
   return id;
 }
 
-MutableBuffer Requests::dest(std::uint64_t id, std::size_t size) {
+MutableBuffer Requests::dest(const Peer& from, std::uint64_t id, std::size_t size) {
   std::lock_guard lock(mu_);
   auto it = pending_.find(id);
-  if (it == pending_.end())
-    throw Error(ErrorCode::kProtocol, fmt::format("a data reply to unknown request {}", id));
+  if (it == pending_.end() || it->second.peer_id != from.id())
+    throw Error(
+        ErrorCode::kProtocol,
+        fmt::format("a data reply from {} to request {}, which it was not asked", from.name(), id));
   if (it->second.dest.size != size)
     throw Error(ErrorCode::kProtocol,
                 fmt::format("{} answered {} with {} bytes, expected {}", it->second.peer_name,
@@ -35,14 +39,20 @@ std::optional<Requests::Entry> Requests::take(std::uint64_t id) {
 }
 
 bool Requests::complete(const Peer& from, const Header& h, std::span<const std::byte> payload) {
-  auto e = take(h.request_id);
-  if (!e) return false;
-  if (e->peer_id != from.id()) {
-    // A reply from the wrong peer: fail the request rather than trust it.
-    e->done(Status(ErrorCode::kProtocol, fmt::format("{}: answered by {} instead of {}", e->what,
-                                                     from.name(), e->peer_name)),
-            h, {});
-    return true;
+  std::optional<Entry> e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(h.request_id);
+    if (it == pending_.end()) return false;
+    if (it->second.peer_id != from.id()) {
+      // Only the peer asked may answer: anyone else guessing request ids (a peer that never
+      // registered, another server) would otherwise fail or complete requests of the job.
+      PSRT_LOG_WARN_LIMITED("{} answered request {} ({}), which was asked of {}: ignored",
+                            from.name(), h.request_id, it->second.what, it->second.peer_name);
+      return false;
+    }
+    e = std::move(it->second);
+    pending_.erase(it);
   }
   if (h.type == MsgType::kError) {
     std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());

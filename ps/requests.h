@@ -29,10 +29,12 @@ class Requests {
   // Registers a request to `peer` and returns its id. `dest` is where a data reply lands.
   // `what` describes it for errors ("PULL of key 7 slice 2").
   std::uint64_t add(const Peer& peer, std::string what, Done done, MutableBuffer dest = {});
-  // The destination of a data reply, checked against its size; throws psrt::Error otherwise.
-  MutableBuffer dest(std::uint64_t id, std::size_t size);
+  // The destination of a data reply from `from`, checked against its size and against the peer
+  // asked; throws psrt::Error otherwise.
+  MutableBuffer dest(const Peer& from, std::uint64_t id, std::size_t size);
   // Completes the request a reply answers (ERROR replies become the status). Returns false for
-  // an unknown id (a late reply to a request already failed).
+  // an unknown id (a late reply to a request already failed) and for a reply from a peer other
+  // than the one asked, which is ignored (logged at a bounded rate): the request goes on.
   bool complete(const Peer& from, const Header& h, std::span<const std::byte> payload);
   // Fails every request waiting on `peer`, naming it, the request and `why`.
   void fail_peer(const Peer& peer, const Status& why);

@@ -17,7 +17,9 @@ using ps::MsgType;
 using Lock = std::unique_lock<std::mutex>;
 
 Scheduler::Scheduler(SchedulerConfig config)
-    : config_(std::move(config)), shards_(config_.num_servers, config_.partition_bytes) {
+    : config_(std::move(config)),
+      shards_(config_.num_servers, ps::job_cut(config_.partition_bytes, config_.balanced_cut,
+                                               config_.num_servers, config_.transport)) {
   if (config_.num_workers == 0)
     throw Error(ErrorCode::kInvalidArgument, "a job needs at least 1 worker");
   if (config_.replicas < 1 || config_.replicas > 2 ||
@@ -28,9 +30,11 @@ Scheduler::Scheduler(SchedulerConfig config)
                             config_.replicas, config_.num_servers));
   servers_.resize(config_.num_servers);
   server_addresses_.resize(config_.num_servers);
+  server_credentials_.resize(config_.num_servers);
   for (std::uint32_t i = 0; i < config_.num_servers; ++i) {
     live_servers_.insert(i);
     owner_.push_back(i);
+    routed_.push_back(i);
   }
   if (!config_.checkpoint_dir.empty() && ps::read_manifest(config_.checkpoint_dir, shards_)) {
     const ps::ResumePoint point = ps::find_resume_round(config_.checkpoint_dir, shards_);
@@ -141,6 +145,12 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
       return on_locate(peer, h);
     case MsgType::kHeartbeat:
       return;
+    case MsgType::kMetrics:
+      return on_metrics(peer, payload);
+    case MsgType::kTimeline:
+      return on_timeline(peer, h, payload);
+    case MsgType::kClock:
+      return on_clock(peer, h);
     case MsgType::kMembershipAck:
     case MsgType::kReplicaSetAck:
     case MsgType::kError:
@@ -165,6 +175,8 @@ void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std:
     credentials_.erase(rank);
     barrier_arrived_.erase(rank);
     PSRT_LOG_INFO("worker {} left the job; {} workers remain", rank, workers_.size());
+    note_metrics_locked("worker_left");
+    if (workers_.empty()) log_shard_load_locked();  // a job that never met at a barrier
     Waiting w{peer.shared_from_this(), h.request_id};
     change_members_locked([this, w] {
       Header r;
@@ -213,14 +225,17 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
           fmt::format("server rank {} is out of range or taken (the job has {} servers)", rank,
                       config_.num_servers),
           true);
+    const ps::Credential credential = ps::random_credential();  // throws before any change
     peer.set_rank(rank);
     servers_[rank] = peer.shared_from_this();
     server_addresses_[rank] = address[0];
+    server_credentials_[rank] = credential;
     Header r;
     r.type = MsgType::kRegisterReply;
     r.request_id = h.request_id;
     r.set_assigned_rank(rank);
     r.round = resume_round_;
+    ps::set_credential(r, credential);  // proven to the server it replicates to
     peer.send(r);
     PSRT_LOG_INFO("server {} registered at {}", rank, address[0]);
     return admit_pending_locked();
@@ -251,7 +266,8 @@ void Scheduler::on_register(ps::Peer& peer, const Header& h, std::span<const std
   workers_[rank] = w.peer;
   credentials_[rank] = credential;
   PSRT_LOG_INFO("worker {} joined the running job; {} workers", rank, workers_.size());
-  change_members_locked([this, w, rank] { reply_register(w, rank); });
+  note_metrics_locked("worker_joined");
+  change_members_locked([this, w, rank] { reply_register(w, rank, /*joined=*/true); });
 }
 
 void Scheduler::admit_pending_locked() {
@@ -294,11 +310,12 @@ void Scheduler::admit_pending_locked() {
     });
   };
   // With replicas, every server reaches its backup before any worker may send it anything.
-  if (config_.replicas > 1) return configure_replicas_locked(ps::kAnyRank, ps::kAnyRank, admit);
+  if (config_.replicas > 1)
+    queue_change_locked([this] { configure_replicas_locked(ps::kAnyRank, ps::kAnyRank, [] {}); });
   admit();
 }
 
-void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
+void Scheduler::reply_register(const Waiting& w, std::uint32_t rank, bool joined) {
   Header r;
   r.type = MsgType::kRegisterReply;
   r.request_id = w.request_id;
@@ -306,6 +323,7 @@ void Scheduler::reply_register(const Waiting& w, std::uint32_t rank) {
   r.set_live_workers(static_cast<std::uint32_t>(workers_.size()));
   r.round = resume_round_;
   r.total = config_.replicas;
+  r.count = joined ? 1 : 0;  // the worker skips the start-up barriers (docs/elastic.md)
   if (auto c = credentials_.find(rank); c != credentials_.end()) ps::set_credential(r, c->second);
   w.peer->send_bytes(r, ps::encode_lines(server_addresses_));
 }
@@ -332,7 +350,7 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
       // and, with checkpoints, a MANIFEST rewrite).
       Quota& q = quotas_[peer.id()];
       // 0 for a key that cannot be cut: ShardMap::place refuses it below, naming why.
-      const std::uint64_t n = ps::slice_count(h.total, config_.partition_bytes);
+      const std::uint64_t n = ps::slice_count(h.total, shards_.cut());
       if (q.keys >= config_.max_keys_per_worker)
         return peer.send_error(
             h.request_id, ErrorCode::kInvalidArgument,
@@ -373,7 +391,12 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
 }
 
 void Scheduler::change_members_locked(std::function<void()> then) {
-  changes_.push_back(std::move(then));
+  queue_change_locked([this, then = std::move(then)] { broadcast_members_locked(then); });
+  note_metrics_locked(nullptr);
+}
+
+void Scheduler::queue_change_locked(std::function<void()> start) {
+  changes_.push_back(std::move(start));
   if (!change_running_) start_next_change_locked();
 }
 
@@ -383,28 +406,33 @@ void Scheduler::start_next_change_locked() {
     return;
   }
   change_running_ = true;
-  auto then = std::move(changes_.front());
+  auto start = std::move(changes_.front());
   changes_.pop_front();
+  start();
+}
+
+void Scheduler::broadcast_members_locked(const std::function<void()>& then) {
   std::vector<ps::MemberRecord> members;
   for (const auto& [r, p] : workers_)
     members.push_back({r, credentials_.at(r)});
   auto body = ps::encode_members(members);
   auto remaining = std::make_shared<std::size_t>(live_servers_.size());
-  auto on_ack = [this, remaining, then](const Status& acked, const Header&,
-                                        std::span<const std::byte>) {
-    Lock lock(mu_);
-    // A server that refused the change (or could not be told) holds another member set than
-    // the rest of the job: rounds would mix or wait forever. The job stops, naming it.
-    if (!acked.ok() && !finished_) {
-      auto msg = fmt::format("a membership change failed: {}; stopping the job", acked.message());
-      PSRT_LOG_ERROR("{}", msg);
-      finish_locked(Status(acked.code(), msg));
-    }
-    if (--*remaining > 0) return;
-    if (!finished_) then();
-    start_next_change_locked();
-  };
   for (const std::uint32_t live : live_servers_) {
+    auto on_ack = [this, remaining, then, live](const Status& acked, const Header&,
+                                                std::span<const std::byte>) {
+      Lock lock(mu_);
+      // A server that refused the change (or could not be told) holds another member set than
+      // the rest of the job: rounds would mix or wait forever. The job stops, naming it. One
+      // lost meanwhile (replicas) is the replica change's to handle.
+      if (!acked.ok() && !finished_ && live_servers_.count(live)) {
+        auto msg = fmt::format("a membership change failed: {}; stopping the job", acked.message());
+        PSRT_LOG_ERROR("{}", msg);
+        finish_locked(Status(acked.code(), msg));
+      }
+      if (--*remaining > 0) return;
+      if (!finished_) then();
+      start_next_change_locked();
+    };
     auto& server = servers_[live];
     Header m;
     m.type = MsgType::kMembership;
@@ -429,19 +457,29 @@ void Scheduler::check_barrier_locked() {
   }
   barrier_waiting_.clear();
   barrier_arrived_.clear();
+  // Workers place their keys before their first barrier: say where the bytes went.
+  log_shard_load_locked();
+}
+
+void Scheduler::log_shard_load_locked() {
+  if (shards_.keys().size() == logged_keys_) return;
+  logged_keys_ = shards_.keys().size();
+  PSRT_LOG_INFO("{}", ps::describe_load(shards_));
 }
 
 void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
   // A worker that vanished without unregistering took gradients of unfinished rounds with it;
   // going on would silently train on a different problem. The job stops, naming it
-  // (docs/ARCHITECTURE.md, "Failures stop the job"); workers that want to leave early call
-  // shutdown(), which unregisters. --on-worker-loss continue asks for the other choice: the
-  // worker is dropped as if it had left, and the rounds go on with the live workers.
+  // (docs/ARCHITECTURE.md, "Failures stop the job"). A worker that leaves on purpose unregisters:
+  // shutdown(), or its process ending normally (ps/worker_exit.h). --on-worker-loss continue asks
+  // for the other choice: the worker is dropped as if it had left, and the rounds go on with the
+  // live workers.
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
   const std::string name = it->second->name();
   workers_.erase(it);
   credentials_.erase(rank);
+  note_metrics_locked("worker_lost");
   if (config_.worker_loss == SchedulerConfig::WorkerLoss::kContinue && !workers_.empty()) {
     barrier_arrived_.erase(rank);
     PSRT_LOG_WARN("{} lost: {}; the job goes on with {} workers (--on-worker-loss continue)", name,
@@ -454,22 +492,32 @@ void Scheduler::lose_worker_locked(std::uint32_t rank, const std::string& why) {
   auto msg = config_.worker_loss == SchedulerConfig::WorkerLoss::kContinue
                  ? fmt::format("{} lost: {}; stopping the job: it was the last worker", name, why)
                  : fmt::format(
-                       "{} lost: {}; stopping the job (a worker that leaves on purpose must "
-                       "call shutdown(), or run with --on-worker-loss continue)",
+                       "{} lost: {}; stopping the job (it vanished without leaving: killed, "
+                       "crashed or its host lost; run with --on-worker-loss continue to go on "
+                       "without it)",
                        name, why);
   PSRT_LOG_ERROR("{}", msg);
   finish_locked(Status(ErrorCode::kPeerFailed, msg));
 }
 
 void Scheduler::on_peer_closed(ps::Peer& peer, const Status& why) {
+  {
+    Lock lock(mu_);
+    peer_lost_locked(peer, why);
+  }
+  // After the loss is handled: a request it leaves unanswered (a REPLICA_SET, a MEMBERSHIP) fails
+  // knowing that the server is lost.
   requests_.fail_peer(peer, why);
-  Lock lock(mu_);
+}
+
+void Scheduler::peer_lost_locked(ps::Peer& peer, const Status& why) {
   quotas_.erase(peer.id());
   if (finished_) return;
   std::string reason = why.message();
   if (auto it = lost_why_.find(peer.id()); it != lost_why_.end()) reason = it->second;
   if (peer.role() == ps::Role::kServer) {
     if (peer.rank() < servers_.size() && servers_[peer.rank()].get() == &peer) {
+      note_metrics_locked("server_lost");
       if (lose_server_locked(peer.rank(), reason)) return;
       auto msg = fmt::format("{} lost: {}; stopping the job", peer.name(), reason);
       PSRT_LOG_ERROR("{}", msg);

@@ -55,6 +55,9 @@
 
 namespace psrt::ps {
 
+class JobMetrics;   // ps/job_metrics.h
+class JobTimeline;  // ps/job_timeline.h
+
 struct SchedulerConfig {
   std::string transport = "tcp";
   std::string listen = "127.0.0.1:0";
@@ -62,6 +65,9 @@ struct SchedulerConfig {
   std::uint32_t num_servers = 1;
   std::uint32_t num_workers = 1;
   std::size_t partition_bytes = std::size_t{4} << 20;
+  // PSRT_SHARDING=balanced (psrun without --partition-bytes): the balanced cut of ps/shard_map.h
+  // over the job's servers, slices of at most partition_bytes; false: the fixed cut.
+  bool balanced_cut = false;
   std::string checkpoint_dir;  // MANIFEST lives here; resume from its latest complete round
   std::chrono::milliseconds heartbeat_timeout{10'000};
   // psrun --on-worker-loss (PSRT_ON_WORKER_LOSS): what a lost worker does to the job.
@@ -96,6 +102,11 @@ class Scheduler final : public ps::Handler {
   // Ends the job now: SHUTDOWN(why) to everyone. Idempotent.
   void stop(const Status& why);
 
+  // Live metrics (ps/scheduler_metrics.cc): METRICS reports and the scheduler's own counts
+  // (members, membership events) go to `metrics`, TIMELINE reports to `timeline`. Set before
+  // the processes start; null: off.
+  void set_observers(std::shared_ptr<JobMetrics> metrics, std::shared_ptr<JobTimeline> timeline);
+
   void on_peer_ready(ps::Peer& peer) override;
   transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
@@ -114,25 +125,46 @@ class Scheduler final : public ps::Handler {
   // with an ERROR naming PSRT_MAX_CONTROL_PER_SEC) when it is empty.
   bool charge_control(ps::Peer& peer);
   void admit_pending_locked();
-  void reply_register(const Waiting& w, std::uint32_t rank);
-  // Sends the live worker set to every server; `then` runs once all acknowledged.
+  // `joined`: the worker joined the running job (after the rendezvous).
+  void reply_register(const Waiting& w, std::uint32_t rank, bool joined = false);
+  // Sends the live worker set to every server (a change, queued); `then` runs once all
+  // acknowledged.
   void change_members_locked(std::function<void()> then);
+  // Changes of what the servers hold (membership, replicas) go one at a time, in the order they
+  // were asked for: `start` runs once every earlier change ended, and ends its own change with
+  // start_next_change_locked() once every server acknowledged it.
+  void queue_change_locked(std::function<void()> start);
   void start_next_change_locked();
+  void broadcast_members_locked(const std::function<void()>& then);
   void check_barrier_locked();
+  // Logs describe_load() of the shard map when keys were placed since it last did.
+  void log_shard_load_locked();
   void lose_worker_locked(std::uint32_t rank, const std::string& why);
+  // A closed connection: a lost server or worker (on_peer_closed, before its requests fail).
+  void peer_lost_locked(ps::Peer& peer, const Status& why);
   // Server replicas (ps/scheduler_replicas.cc). The live server after `rank` in rank order
   // (wrapping), kAnyRank when there is none but it.
   std::uint32_t next_live_server_locked(std::uint32_t rank) const;
+  // The live server that replicates to `rank` (whose next live server it is); kAnyRank: none.
+  std::uint32_t primary_of_locked(std::uint32_t rank) const;
   // REPLICA_SET to every live server: each replicates to the next live one; server `lost`'s
   // slices are promoted on `promote_to` (kAnyRank: none). `then` runs once all acknowledged; a
   // server that cannot take it stops the job.
   void configure_replicas_locked(std::uint32_t lost, std::uint32_t promote_to,
                                  const std::function<void()>& then);
+  // ROUTE to every worker for each lost server whose slices a live server serves now.
+  void send_routes_locked();
   // With replicas, a lost server's slices move to its backup and the job goes on: true. False
   // when the job cannot go on without it (no replicas, before the rendezvous, no server left).
   bool lose_server_locked(std::uint32_t rank, const std::string& why);
   void finish_locked(const Status& why);
   void monitor();
+  // Live metrics (ps/scheduler_metrics.cc): a METRICS report from a registered peer; the live
+  // members and an event ("worker_lost", ...), counted when metrics are on.
+  void on_metrics(ps::Peer& peer, std::span<const std::byte> payload);
+  void on_timeline(ps::Peer& peer, const Header& h, std::span<const std::byte> payload);
+  void on_clock(ps::Peer& peer, const Header& h);
+  void note_metrics_locked(const char* event);
 
   // Set by the constructor, constant after.
   SchedulerConfig config_;
@@ -150,6 +182,10 @@ class Scheduler final : public ps::Handler {
   // Guarded by mu_: everything from here to finished_/result_.
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::vector<std::string> server_addresses_;
+  // Each server registration's credential (ps/auth.h): given to that server alone in its
+  // REGISTER reply, and to the server it replicates to in REPLICA_SET, which accepts a server's
+  // connection only from its current primary proving it.
+  std::vector<ps::Credential> server_credentials_;
   std::map<std::uint32_t, std::shared_ptr<ps::Peer>> workers_;      // live, by rank
   std::map<std::uint32_t, ps::Credential> credentials_;             // of the live workers
   std::vector<std::pair<Waiting, std::uint32_t>> pending_workers_;  // before rendezvous
@@ -157,11 +193,13 @@ class Scheduler final : public ps::Handler {
   std::uint32_t next_rank_ = 0;
   std::set<std::uint32_t> used_ranks_;
   ps::ShardMap shards_;
+  std::size_t logged_keys_ = 0;     // keys of the shard map when its load was last logged
   std::uint64_t resume_round_ = 0;  // set by the constructor, constant after (read unlocked)
   // Replicas: the servers not lost, and which live server serves the slices the shard map put
   // on each server (owner_[i] == i until server i is lost).
   std::set<std::uint32_t> live_servers_;
   std::vector<std::uint32_t> owner_;
+  std::vector<std::uint32_t> routed_;  // owner_ as the workers were last told (send_routes_locked)
   std::map<std::uint64_t, std::string> lost_why_;  // peer id → reason it was closed
   // Per-peer quotas, by peer id (dropped when the peer closes).
   struct Quota {
@@ -171,12 +209,28 @@ class Scheduler final : public ps::Handler {
     std::chrono::steady_clock::time_point refilled{};
   };
   std::map<std::uint64_t, Quota> quotas_;
-  // Membership changes go one at a time; each waits for every server's ack.
+  // Changes go one at a time (queue_change_locked); each waits for every server's ack.
   std::deque<std::function<void()>> changes_;
   bool change_running_ = false;
+  // Replicas: the live servers some of whose slices have no copy on another live server yet
+  // (the one that took over a lost server's slices, the one that replicated to it), and why;
+  // each leaves once it acknowledged a REPLICA_SET, which it does once its new backup holds a
+  // copy of every slice. Losing one of them loses slices: the job stops, naming it.
+  struct Unsettled {
+    std::string why;
+    std::uint64_t since = 0;  // server_losses_ when it became so: a change begun later settles it
+  };
+  std::map<std::uint32_t, Unsettled> unsettled_;
+  std::uint64_t server_losses_ = 0;  // servers lost so far (replicas)
+  // Replica changes for losses queued or running: the workers are routed to the servers that
+  // took over once none is left (a server named earlier may not hold the slices yet).
+  std::size_t loss_changes_ = 0;
   // Barrier.
   std::set<std::uint32_t> barrier_arrived_;
   std::vector<Waiting> barrier_waiting_;
+
+  std::shared_ptr<JobMetrics> metrics_;    // null unless set_observers(); guarded by mu_
+  std::shared_ptr<JobTimeline> timeline_;  // likewise
 
   bool finished_ = false;
   Status result_;

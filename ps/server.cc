@@ -11,9 +11,11 @@
 #include "base/exception_status.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
+#include "ps/backup_log.h"
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
-#include "ps/protocol_kernels.h"
+#include "ps/metric_hooks.h"
+#include "ps/optimizer_state.h"
 #include "ps/server_device.h"
 #include "ps/server_replica.h"
 #include "ps/shard_map.h"
@@ -27,7 +29,8 @@ Error refuse(ErrorCode code, const std::string& message) {
 
 }  // namespace
 
-Server::Server(ServerConfig config) : config_(std::move(config)) {
+Server::Server(ServerConfig config)
+    : config_(std::move(config)), backup_log_(make_backup_log(config_)) {
   if (config_.device.is_cuda()) {
     try {
       gpu_ = std::make_unique<Gpu>(config_.device.index);
@@ -67,6 +70,7 @@ Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
 }
 
 std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) {
+  if (role == Role::kServer) return primary_credential(rank);
   if (role != Role::kWorker) return std::nullopt;  // ps/permissions.h allows it nothing
   std::lock_guard lock(members_mu_);
   auto it = credentials_.find(rank);
@@ -78,21 +82,43 @@ std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) 
   return it->second;
 }
 
-Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
+void Server::check_live_worker(const Peer& peer, const Header& h) {
   if (peer.role() != Role::kWorker)
     throw refuse(ErrorCode::kProtocol,
                  fmt::format("{} from a {}", to_string(h.type), to_string(peer.role())));
-  {
-    // The rank this connection proved must still be that registration's: a rank that left and
-    // was given to a new worker is not the old connection's any more.
-    std::lock_guard lock(members_mu_);
-    auto it = credentials_.find(peer.rank());
-    if (it == credentials_.end() || !peer.credential() || *peer.credential() != it->second)
-      throw refuse(ErrorCode::kInvalidArgument,
-                   fmt::format("{} from {}, which is no longer a live member of the job (it "
-                               "unregistered or was declared lost)",
-                               to_string(h.type), peer.name()));
-  }
+  // The rank this connection proved must still be that registration's: a rank that left and
+  // was given to a new worker is not the old connection's any more.
+  std::lock_guard lock(members_mu_);
+  auto it = credentials_.find(peer.rank());
+  if (it == credentials_.end() || !peer.credential() || *peer.credential() != it->second)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("{} from {}, which is no longer a live member of the job (it "
+                             "unregistered or was declared lost)",
+                             to_string(h.type), peer.name()));
+}
+
+void Server::charge_init(const Peer& peer, const Header& h) {
+  if (find(h.key, h.slice())) return;  // stores nothing new
+  std::lock_guard lock(members_mu_);
+  InitQuota& q = init_quotas_[peer.rank()];
+  const bool new_key = !q.keys.count(h.key);
+  if (new_key && q.keys.size() >= config_.max_keys_per_worker)
+    throw refuse(ErrorCode::kInvalidArgument,
+                 fmt::format("INIT of key {} from {}: it stored {} keys on this server, the most "
+                             "one worker may (PSRT_MAX_KEYS_PER_WORKER={})",
+                             h.key, peer.name(), q.keys.size(), config_.max_keys_per_worker));
+  if (q.slices >= config_.max_slices_per_worker)
+    throw refuse(
+        ErrorCode::kInvalidArgument,
+        fmt::format("INIT of key {} slice {} from {}: it stored {} slices on this server, "
+                    "the most one worker may (PSRT_MAX_SLICES_PER_WORKER={})",
+                    h.key, h.slice(), peer.name(), q.slices, config_.max_slices_per_worker));
+  if (new_key) q.keys.insert(h.key);
+  ++q.slices;
+}
+
+Server::Slice& Server::checked_slice(const Peer& peer, const Header& h) {
+  check_live_worker(peer, h);
   Slice* s = find(h.key, h.slice());
   if (!s)
     throw refuse(ErrorCode::kNotFound,
@@ -129,15 +155,19 @@ bool in_manifest(const std::string& dir, std::uint32_t num_servers, const Header
 void Server::check_init_slice(const Header& h) const {
   // A resumed slice is checked against its checkpoint file instead (its cut may be older).
   if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
-  const auto want = slice_bounds(h.total, config_.partition_bytes, h.slice());
+  const Cut cut = job_cut(config_.partition_bytes, config_.balanced_cut, config_.num_servers,
+                          config_.transport);
+  const auto want = slice_bounds(h.total, cut, h.slice());
   if ((!want || want->offset != h.offset || want->count != h.count) &&
       in_manifest(config_.checkpoint_dir, config_.num_servers, h))
     return;  // cut by an earlier run with another --partition-bytes, not resumed yet
   if (!want)
     throw refuse(ErrorCode::kInvalidArgument,
                  fmt::format("INIT of key {} slice {} of {} elements: the shard map has no such "
-                             "slice (--partition-bytes {}); init the slices LOCATE returned",
-                             h.key, h.slice(), h.total, config_.partition_bytes));
+                             "slice ({} cut, --partition-bytes {}); init the slices LOCATE "
+                             "returned",
+                             h.key, h.slice(), h.total, config_.balanced_cut ? "balanced" : "fixed",
+                             config_.partition_bytes));
   if (want->offset != h.offset || want->count != h.count)
     throw refuse(
         ErrorCode::kInvalidArgument,
@@ -185,8 +215,10 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
   if (peer.role() == Role::kServer) return place_replica(peer, h, size);
   InFlight in;
   if (h.type == MsgType::kInit) {
-    if (peer.role() != Role::kWorker) throw refuse(ErrorCode::kProtocol, "INIT from a non-worker");
+    check_live_worker(peer, h);
     check_init_slice(h);
+    check_aggregate_init(h);
+    charge_init(peer, h);
     in.init.resize(h.count);
   } else if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) {
     Slice& s = checked_slice(peer, h);
@@ -199,9 +231,11 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     } else if (!gpu_) {
       in.grad.where = HostGrad{std::make_unique_for_overwrite<std::byte[]>(size)};
       in.grad.size = size;
+      buffer_allocated(size);
     }
     in.grad.dtype = h.dtype;
     in.grad.lr = lr;
+    in.grad.placed = metrics_now();
     in.slice = &s;
     ++s.arriving;
     s.arriving_dtype = h.dtype;
@@ -287,6 +321,9 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
         throw refuse(ErrorCode::kProtocol, "REPLICA_SET from a non-scheduler");
       return on_replica_set(peer, h, payload);
     default:
+      // The registration's credential: proven to the backup this server replicates to.
+      if (peer.role() == Role::kScheduler && h.type == MsgType::kRegisterReply && replica_)
+        replica_->endpoint->set_credential(credential_of(h));
       if (peer.role() == Role::kScheduler && on_control) return on_control(h, payload);
       throw refuse(ErrorCode::kProtocol,
                    fmt::format("a server does not accept {}", to_string(h.type)));
@@ -306,6 +343,7 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
       fresh->offset = h.offset;
       fresh->count = h.count;
       fresh->total = h.total;
+      fresh->update = static_cast<KeyUpdate>(h.key_update());
       try {
         if (config_.resume_round > 0) {
           SliceRecord rec{0, h.slice(), h.offset, h.count};
@@ -326,12 +364,20 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
       }
       std::lock_guard members(members_mu_);
       for (auto r : members_)
-        fresh->workers[r];
+        add_worker_locked(*fresh, r);
       slot = std::move(fresh);
       stored = true;
+      slice_stored(h.count * sizeof(float));
     }
     s = slot.get();
   }
+  if (s->update != static_cast<KeyUpdate>(h.key_update()))
+    return peer.send_error(
+        h.request_id, ErrorCode::kInvalidArgument,
+        fmt::format("init of key {} as {}, but it exists as {}: every init of a key must choose "
+                    "the same KeyUpdate",
+                    h.key, to_string(static_cast<KeyUpdate>(h.key_update())), to_string(s->update)),
+        false);
   if (s->offset != h.offset || s->count != h.count || s->total != h.total)
     return peer.send_error(
         h.request_id, ErrorCode::kInvalidArgument,
@@ -363,10 +409,21 @@ void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::
     if (c != config_.sgd) {
       if (sgd_set_by_worker_)
         return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
-                               fmt::format("{} sets a different optimizer than another worker "
-                                           "did: pass the same OptimizerConfig on every worker",
+                               fmt::format("{} sets a different optimizer than a worker (this "
+                                           "one or another) set before: the job's optimizer is "
+                                           "set once, with the same OptimizerConfig on every "
+                                           "worker",
                                            peer.name()),
                                false);
+      // psrun's --max-grad-norm is the job's clipping: a worker's config may not drop it.
+      if (config_.sgd.max_grad_norm > 0.f && c.max_grad_norm != config_.sgd.max_grad_norm)
+        return peer.send_error(
+            h.request_id, ErrorCode::kInvalidArgument,
+            fmt::format("{} sets max_grad_norm {} but the job runs with psrun --max-grad-norm "
+                        "{}: pass the same value, or drop --max-grad-norm (psrt.torch clips with "
+                        "torch's norm over the whole model: docs/migrating.md)",
+                        peer.name(), c.max_grad_norm, config_.sgd.max_grad_norm),
+            false);
       std::shared_lock slices(slices_mu_);
       for (const auto& [id, s] : slices_) {
         std::lock_guard sl(s->mu);
@@ -417,6 +474,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
     }
   }
   bool member = false;
+  in.grad.arrived = gradient_arrived(in.grad.placed, in.grad.size, s.key, s.index);
   {
     std::lock_guard lock(s.mu);
     arrived_locked(s);
@@ -431,6 +489,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
         s.waiters.push_back({peer.shared_from_this(), h.request_id, rank, h.round});
     } else if (w != s.workers.end()) {
       member = true;
+      tag_push_locked(w->second, in.grad);
       w->second.queued.push_back(std::move(in.grad));
       w->second.received++;
       if (h.type == MsgType::kPushPull)
@@ -476,8 +535,10 @@ void Server::on_version(Peer& peer, const Header& h, Slice& s) {
 std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   std::vector<PullWaiter> ready;
   // An update in place writes the weights: no reply may read them now. One into `spare` leaves
-  // them as they are.
-  if (s.busy && !s.into_spare) return ready;
+  // them as they are; but in sync mode a pull served now would get the version before a round
+  // that runs without its worker (one that joined, or was left out with backup workers), whose
+  // next gradient would then land a round late: it waits for the round (docs/elastic.md).
+  if (s.busy && (!s.into_spare || config_.mode == Mode::kSync)) return ready;
   auto keep = s.waiters.begin();
   for (auto& w : s.waiters) {
     auto ws = s.workers.find(w.rank);
@@ -493,6 +554,7 @@ std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   for (auto& w : ready) {
     w.source = pull_source(s);
     w.version = s.version;
+    note_reply_locked(s, w);
   }
   return ready;
 }
@@ -504,8 +566,8 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
   std::vector<WorkerClock> clocks;
   clocks.reserve(s.workers.size());
   for (const auto& [rank, w] : s.workers)
-    clocks.push_back({rank, w.queued.size(), w.applied});
-  auto ranks = next_update(config_.mode, config_.staleness, clocks);
+    clocks.push_back(clock_locked(s, rank, w));
+  auto ranks = next_update(config_.mode, config_.staleness, clocks, config_.backup_workers);
   if (ranks.empty()) return std::nullopt;
   Update u;
   u.slice = &s;
@@ -519,6 +581,12 @@ std::optional<Server::Update> Server::next_update_locked(Slice& s) {
     u.clocks.push_back(w.applied);
   }
   u.ranks = std::move(ranks);
+  if (metrics_on()) {
+    std::vector<MetricsClock::time_point> arrived;
+    for (const auto& g : u.grads)
+      arrived.push_back(g.arrived);
+    update_taken(config_.mode, u.ranks, arrived, u.clocks, u.slowest);
+  }
   u.into_spare = *into_spare;
   s.busy = true;
   s.into_spare = *into_spare;
@@ -542,8 +610,14 @@ void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
     r.total = s.total;
     r.set_slice(s.index);
     r.round = w.version;
+    r.set_round_info(w.round_workers, w.late_dropped);
     ConstBuffer b = w.source;
-    w.peer->send(r, {&b, 1}, [this, &s, from = b.data](const Status&) { release_reader(s, from); });
+    w.peer->send(
+        r, {&b, 1},
+        [this, &s, from = b.data, sent = metrics_now(), version = w.version](const Status& st) {
+          if (st.ok()) reply_sent(sent, s.count * sizeof(float), s.key, s.index, version);
+          release_reader(s, from);
+        });
   }
 }
 
@@ -563,6 +637,7 @@ void Server::after_change(Slice& s) {
   std::optional<Update> u;
   {
     std::lock_guard lock(s.mu);
+    drop_late_locked(s);
     ready = ready_waiters_locked(s);
     u = next_update_locked(s);
   }
@@ -577,6 +652,7 @@ void Server::submit(Update u) {
 }
 
 void Server::run_update(Update& u) {
+  const auto started = metrics_now();
   Slice& s = *u.slice;
   OptimizerConfig cfg;
   {
@@ -592,10 +668,10 @@ void Server::run_update(Update& u) {
            "an update never writes a buffer a pull reply reads");
     version = s.version + 1;
   }
-  const bool cadence = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0 &&
-                       version % config_.checkpoint_every == 0;
-  const bool checkpoint_due = cadence || (!config_.checkpoint_dir.empty() &&
-                                          checkpoint_requested(config_.checkpoint_dir, version));
+  const bool cadence =
+      may_checkpoint() && config_.checkpoint_every > 0 && version % config_.checkpoint_every == 0;
+  const bool checkpoint_due =
+      cadence || (may_checkpoint() && checkpoint_requested(config_.checkpoint_dir, version));
   // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
   // flight either), so the update runs without the slice lock (server.h, "The one access
   // without a lock"; asserted above).
@@ -606,26 +682,24 @@ void Server::run_update(Update& u) {
       // admit_push_locked keeps this from happening; if it did, reading on would read past a
       // buffer or misread one. Nothing is applied, and the server stops the job below.
       PSRT_LOG_ERROR("update of key {} slice {} not applied: {}", s.key, s.index, bad);
+    } else if (s.update != KeyUpdate::kOptimizer) {
+      result = aggregate_only(s, u);
     } else if (gpu_) {
       result = update_on_device(s, u, cfg, checkpoint_due);
     } else {
-      bool first_step = false;
-      if (cfg.momentum != 0.f && s.momentum.empty()) {
-        s.momentum.assign(s.count, 0.f);
-        first_step = true;
-      }
+      // The optimizer state (SGD's momentum, Adam's moments and step count; ps/optimizer_state.h).
+      StateUpdate state(s.momentum, s.count, version - 1, cfg,
+                        fmt::format("key {} slice {}", s.key, s.index));
       std::vector<const void*> grads;
       for (const auto& g : u.grads)
         grads.push_back(std::get<HostGrad>(g.where).data.get());
       const float* source = nullptr;
       float* target = update_target(s, u, &source);
-      kernels::SliceUpdate k = slice_update(
-          s, u, grads, target, s.momentum.empty() ? nullptr : s.momentum.data(), first_step);
+      kernels::SliceUpdate k = slice_update(s, u, grads, target, nullptr, false);
+      state.attach(k);
       k.weights_in = source;
       result = apply_host_update(k, cfg);
-      // Nothing was written. A skipped first step leaves the buffer "not yet initialised", so
-      // the next applied round is torch's first step again (buffer := gradient).
-      if (result.skipped && first_step) s.momentum.clear();
+      state.finish(result);
     }
   } catch (...) {
     // Whatever failed (a kernel error, no memory for the momentum buffer), the round is not in
@@ -639,21 +713,10 @@ void Server::run_update(Update& u) {
         "key {} slice {} version {}: the aggregated gradient holds a NaN or an "
         "infinity (norm {}); update skipped, weights and momentum unchanged",
         s.key, s.index, version, result.grad_norm);
-  if (checkpoint_due && bad.empty()) {
-    try {
-      // An update into `spare` has not swapped yet: the new weights are there.
-      write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count},
-                             s.total, version,
-                             u.into_spare && !result.skipped ? s.spare : s.weights, s.momentum);
-      if (cadence && version > 2 * config_.checkpoint_every)
-        remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every,
-                                s.key, s.index);
-    } catch (const Error& e) {
-      PSRT_LOG_ERROR("checkpoint of key {} slice {} at version {} failed: {}", s.key, s.index,
-                     version, e.what());
-    }
-  }
-  trace(u, version, kernels::needs_prepass(cfg) ? &result : nullptr);
+  if (checkpoint_due && bad.empty()) write_checkpoint(s, u, version, cadence, result.skipped);
+  const bool optimizer = s.update == KeyUpdate::kOptimizer;
+  trace(u, version, optimizer && kernels::needs_prepass(cfg) ? &result : nullptr);
+  update_done(started, s.key, s.index, version);
   // Workers would go on from weights that miss this round: the job must not end as a success.
   if (!bad.empty())
     stop_job(Status(ErrorCode::kInternal, "an update could not be applied: " + bad));
@@ -662,12 +725,28 @@ void Server::run_update(Update& u) {
   finish_update(u, version, written);
 }
 
+void Server::write_checkpoint(const Slice& s, const Update& u, std::uint64_t version, bool cadence,
+                              bool skipped) {
+  try {
+    // An update into `spare` has not swapped yet: the new weights are there.
+    write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count}, s.total,
+                           version, u.into_spare && !skipped ? s.spare : s.weights, s.momentum);
+    if (cadence && version > 2 * config_.checkpoint_every)
+      remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every, s.key,
+                              s.index);
+  } catch (const Error& e) {
+    PSRT_LOG_ERROR("checkpoint of key {} slice {} at version {} failed: {}", s.key, s.index,
+                   version, e.what());
+  }
+}
+
 void Server::finish_update(Update& u, std::uint64_t version, bool written) {
   Slice& s = *u.slice;
   {
     std::lock_guard lock(s.mu);
     publish_weights_locked(s, u, written);
     s.version = version;
+    note_round_locked(s, u, version);
     for (std::size_t i = 0; i < u.ranks.size(); ++i) {
       auto w = s.workers.find(u.ranks[i]);
       if (w != s.workers.end()) w->second.applied++;
@@ -696,7 +775,7 @@ kernels::SliceUpdate Server::slice_update(const Slice& s, const Update& u,
   k.momentum = momentum;
   k.grads = grads.data();
   k.num_grads = static_cast<int>(grads.size());
-  k.dtype = to_dtype(u.grads.front().dtype);
+  k.dtype = to_grad_type(u.grads.front().dtype);
   k.count = s.count;
   k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
   k.first_step = first_step;
@@ -756,9 +835,13 @@ void Server::set_members(const std::vector<std::uint32_t>& ranks) {
         }
       }
       // A joining worker starts level with the slowest one, so SSP does not wait for it to
-      // replay rounds it was not part of.
+      // replay rounds it was not part of. In sync mode its clock starts at 0 like its pushes:
+      // a pull then waits for the round of its push (level with the others, the first push's
+      // pull would be answered before its round ran, and its gradients would run rounds late).
       for (auto r : live)
-        if (!s->workers.count(r)) s->workers[r].applied = slowest == UINT64_MAX ? 0 : slowest;
+        if (!s->workers.count(r))
+          add_worker_locked(*s, r).applied =
+              slowest == UINT64_MAX || config_.mode == Mode::kSync ? 0 : slowest;
       std::erase_if(s->waiters, [&](const PullWaiter& w) { return !live.count(w.rank); });
     }
     after_change(*s);

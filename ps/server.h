@@ -43,6 +43,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -53,10 +54,15 @@
 #include "kernels/fused_sgd.h"
 #include "ps/consistency.h"
 #include "ps/endpoint.h"
+#include "psrt/key_update.h"
 
 namespace psrt::ps {
 
 struct ReplicaCount;  // ps/replica_protocol.h
+class BackupLog;      // ps/backup_log.h
+
+// "an optimizer key", "an aggregate-only key (mean)", ... (ps/server_aggregate.cc)
+std::string_view to_string(KeyUpdate u) noexcept;
 
 struct ServerConfig {
   Mode mode = Mode::kSync;
@@ -73,9 +79,20 @@ struct ServerConfig {
   // The job's --partition-bytes: an INIT must be a slice of the shard map's cut of its key
   // (ps::slice_bounds). 0: not checked.
   std::size_t partition_bytes = 0;
+  bool balanced_cut = false;  // the job's cut is the balanced one over num_servers
+  std::string transport;      // the job's, for its cut (ps::job_cut)
   // The job's servers: an INIT the cut refuses is still taken when the checkpoint manifest
   // (written for this many servers) places the slice so.
   std::uint32_t num_servers = 0;
+  // Per-worker quotas on what its INITs may store on this server (PSRT_MAX_KEYS_PER_WORKER,
+  // PSRT_MAX_SLICES_PER_WORKER, as the scheduler's on LOCATE): a worker holding the secret
+  // cannot grow a server past them by INITs of keys it never located. A backup's copies come
+  // from its primary alone (ps/server_replica.h), so they are bounded by the same quotas.
+  std::size_t max_keys_per_worker = 65'536;
+  std::size_t max_slices_per_worker = std::size_t{1} << 20;
+  // psrun --backup-workers (sync only): a round runs once all but this many live workers'
+  // gradients arrived; a gradient for a round already applied is dropped (ps/server_backup.cc).
+  std::uint32_t backup_workers = 0;
 };
 
 class Server final : public Handler {
@@ -103,6 +120,10 @@ class Server final : public Handler {
   // slices. Call before the transport delivers anything; `t` and the endpoint outlive the server.
   void enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
                        std::uint32_t self_rank, std::chrono::milliseconds connect_timeout);
+  // Test hook (a trace point): runs on the replica connector thread when the work of a
+  // REPLICA_SET begins (the lost server's rank, or kAnyRank), before it connects or sends
+  // anything and before the scheduler hears back. Set before serving.
+  std::function<void(std::uint32_t lost)> before_replicating;
   // A slice's state, for tests: as held here (a slice this server serves), or as this server's
   // copy of another server's slice (replicas). Empty when it has none.
   struct SliceView {
@@ -113,7 +134,8 @@ class Server final : public Handler {
   std::optional<SliceView> copy(std::uint64_t key, std::uint32_t index);
 
   // A worker's HELLO rank must be a live member, and its AUTH must prove that member's
-  // credential (from MEMBERSHIP).
+  // credential (from MEMBERSHIP). A server's must be this server's current primary (replicas),
+  // proving the credential REPLICA_SET gave for it.
   std::optional<Credential> credential_for(Role role, std::uint32_t rank) override;
   transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
@@ -147,7 +169,11 @@ class Server final : public Handler {
     std::variant<std::monostate, HostGrad, DeviceGrad, StagedGrad, IpcGrad> where;
     std::size_t size = 0;
     WireType dtype = WireType::kF32;
-    float lr = 0.f;  // this round's learning rate from the PUSH; 0 = the configured one
+    float lr = 0.f;           // this round's learning rate from the PUSH; 0 = the configured one
+    std::uint64_t round = 0;  // backup workers: the round it was computed for (else unused)
+    // Live metrics (ps/metric_hooks.h): when it was placed and when it had arrived; the epoch
+    // when metrics are off.
+    std::chrono::steady_clock::time_point placed{}, arrived{};
     // Storage the server owns, kept on the slice's free list for the next push (not IPC).
     bool reusable() const {
       return std::holds_alternative<HostGrad>(where) || std::holds_alternative<DeviceGrad>(where) ||
@@ -158,6 +184,10 @@ class Server final : public Handler {
     std::deque<GradBuf> queued;
     std::uint64_t applied = 0;
     std::uint64_t received = 0;
+    // Backup workers: the round its next push is for (one after the version it last pulled),
+    // and its pushes dropped as late since its last pull reply (sent with that reply).
+    std::uint64_t next_round = 1;
+    std::uint64_t dropped = 0;
   };
   struct PullWaiter {
     std::shared_ptr<Peer> peer;
@@ -172,12 +202,16 @@ class Server final : public Handler {
     // before the reply is sent).
     ConstBuffer source{};
     std::uint64_t version = 0;
+    // The reply's Header::set_round_info, set with source (note_reply_locked).
+    std::uint32_t round_workers = 0;
+    std::uint64_t late_dropped = 0;
   };
   struct Slice {
     std::mutex mu;
     // Set before the slice is published in slices_, constant after.
     std::uint64_t key = 0, offset = 0, count = 0, total = 0;
     std::uint32_t index = 0;
+    KeyUpdate update = KeyUpdate::kOptimizer;  // from the INIT that stored the slice
     // cpu server: the slice. cuda server: the slice is d_weights/d_momentum; `weights` and
     // `momentum` are filled for checkpoints only, and `mirror` (pinned) holds the weights staged
     // pulls are sent from, refreshed after every update.
@@ -194,8 +228,9 @@ class Server final : public Handler {
     // another dtype is refused while any is, as while any gradient is queued.
     std::uint32_t arriving = 0;
     WireType arriving_dtype = WireType::kF32;
-    bool busy = false;  // an update of this slice is queued or running
-    int readers = 0;    // pull replies sending from the weights
+    bool busy = false;                // an update of this slice is queued or running
+    std::uint32_t round_workers = 0;  // gradients in the update that made `version` (0: none)
+    int readers = 0;                  // pull replies sending from the weights
     // cpu server: the second weights buffer (empty until an update first needs it) and the
     // replies still sending from it (they started from `weights` before a swap). The running
     // update writes `spare` instead of `weights` when into_spare is set. `spare`'s elements are
@@ -221,6 +256,11 @@ class Server final : public Handler {
 
   Slice* find(std::uint64_t key, std::uint32_t index);
   Slice& checked_slice(const Peer& peer, const Header& h);
+  // Throws psrt::Error unless `peer` is a worker whose rank is still the registration it proved
+  // (a rank that left and was given to a new worker is not the old connection's any more).
+  void check_live_worker(const Peer& peer, const Header& h);
+  // Counts a new slice INIT would store against its worker's quotas; throws psrt::Error past them.
+  void charge_init(const Peer& peer, const Header& h);
   // Refuses an INIT that is not a slice of the shard map's cut of its key.
   void check_init_slice(const Header& h) const;
   void on_init(Peer& peer, const Header& h, InFlight& in);
@@ -254,6 +294,11 @@ class Server final : public Handler {
   kernels::SliceUpdate slice_update(const Slice& s, const Update& u,
                                     const std::vector<const void*>& grads, float* weights,
                                     float* momentum, bool first_step) const;
+  // Aggregate-only keys (KeyUpdate::kMean/kSum, ps/server_aggregate.cc). Refuses an INIT of
+  // such a key where the server cannot keep its contract (not sync, a cuda server).
+  void check_aggregate_init(const Header& h) const;
+  // The update of an aggregate-only slice: its new value is the round's mean (or sum).
+  kernels::StepResult aggregate_only(Slice& s, const Update& u);
   // The cuda server's parts (ps/server_device.cc).
   struct Gpu;
   void place_on_device(GradBuf& g, std::size_t size, transport::Placement& p);
@@ -285,6 +330,10 @@ class Server final : public Handler {
   // Runs `u` on the calling thread instead of the compute pool when that is cheaper (a small
   // cpu slice, whose update costs less than a hand-over between threads); false: not run.
   bool run_inline(Update& u);
+  // Whether an update may write a checkpoint file: on the --checkpoint-every cadence or on a
+  // worker's request (ps/job_checkpoint.h), so whenever the job has a checkpoint directory,
+  // whatever its cadence. Such updates stay on the compute pool: a callback never blocks.
+  bool may_checkpoint() const { return !config_.checkpoint_dir.empty(); }
   // run_update, and a stopped job if its bookkeeping fails (the compute pool's item).
   void run_update_or_stop(Update& u);
   // The cpu update of one slice: split into parts run at once by this thread and the splitter's
@@ -295,6 +344,12 @@ class Server final : public Handler {
   // backup): counters, the slice no longer busy, waiting pulls served.
   // `written`: the update wrote new weights (a skipped step or a failed one did not).
   void finish_update(Update& u, std::uint64_t version, bool written);
+  // Writes the slice file of `version`, which `u` just computed (`skipped`: its step was
+  // skipped, the weights are the old ones); `cadence`: a --checkpoint-every round, which also
+  // removes the file two cadences back. A failure is logged; the job goes on. On the updating
+  // thread, never a progress thread (may_checkpoint()).
+  void write_checkpoint(const Slice& s, const Update& u, std::uint64_t version, bool cadence,
+                        bool skipped);
   // Server replicas (ps/server_replica.cc).
   struct Replica;
   // Under s.mu: every worker's counters once `consumed` (an update's ranks) are applied.
@@ -312,9 +367,41 @@ class Server final : public Handler {
   transport::Placement place_replica(Peer& peer, const Header& h, std::size_t size);
   void on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload);
+  // Connects to the new backup server `rank` at `address` (connector thread).
+  std::shared_ptr<Peer> connect_backup(const std::string& address, std::uint32_t rank);
+  // On the connector thread: connects to the new backup at `addr` unless it is the `same` one,
+  // then sends it every slice; `ack` hears the outcome once the backup acknowledged every copy.
+  void copy_to_backup(const std::string& addr, std::uint32_t backup_rank, bool same,
+                      std::uint32_t lost, const std::function<void(const Status&)>& ack);
+  // The credential server `rank` proves when it connects here: its registration's, while it is
+  // this server's primary. Throws psrt::Error (kAuthentication) for any other server.
+  Credential primary_credential(std::uint32_t rank);
+  // Throws psrt::Error unless `peer` proved the credential of this server's current primary.
+  void check_primary(const Peer& peer, const Header& h);
   // Makes the copies from server `lost` slices of this server; returns how many.
   std::size_t promote(std::uint32_t lost);
   void replica_peer_closed(Peer& peer, const Status& why);
+
+  // Backup workers (ps/server_backup.cc); each is a no-op without them, except that a new
+  // worker state starts at the slice's next round.
+  // Under s.mu: a new live worker of `s`, whose next push is for the slice's next round.
+  static WorkerState& add_worker_locked(Slice& s, std::uint32_t rank);
+  // Under s.mu: tags a gradient that just arrived with the round it is for.
+  void tag_push_locked(WorkerState& w, GradBuf& g) const;
+  // Under s.mu: drops every queued gradient for a round already applied (late: the round ran
+  // without it), counting it as consumed so that its worker's pull is answered.
+  void drop_late_locked(Slice& s);
+  // Under s.mu: a pull reply to `w` starts now (its version is set): what it reports about
+  // rounds and drops, and the round the worker's next push is for.
+  void note_reply_locked(Slice& s, PullWaiter& w) const;
+  // Under s.mu: the policy's view of worker `w` (`current`: its oldest gradient is for the
+  // round the slice applies next).
+  WorkerClock clock_locked(const Slice& s, std::uint32_t rank, const WorkerState& w) const;
+  // Under s.mu: update `u` made `version` of `s`: its gradient count (for pull replies), and
+  // with backup workers the live workers it ran without, logged at a bounded rate and counted.
+  void note_round_locked(Slice& s, const Update& u, std::uint64_t version);
+  // With backup workers (config.backup_workers > 0): their log; refuses a mode other than sync.
+  static std::unique_ptr<BackupLog> make_backup_log(const ServerConfig& config);
 
   // `step`: the update's guard/clipping outcome when the config asked for one, else null.
   void trace(const Update& u, std::uint64_t version, const kernels::StepResult* step);
@@ -332,6 +419,11 @@ class Server final : public Handler {
   std::mutex members_mu_;
   std::set<std::uint32_t> members_;                  // guarded by members_mu_
   std::map<std::uint32_t, Credential> credentials_;  // live worker → credential: members_mu_
+  struct InitQuota {
+    std::set<std::uint64_t> keys;  // keys it stored a slice of here
+    std::size_t slices = 0;        // slices it stored (or is storing) here
+  };
+  std::map<std::uint32_t, InitQuota> init_quotas_;  // by worker rank: members_mu_
 
   std::mutex inflight_mu_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight>
@@ -349,6 +441,8 @@ class Server final : public Handler {
   std::atomic<int> updates_running_{0};  // run_update calls in progress
 
   std::unique_ptr<Replica> replica_;  // null without replicas; set before serving, constant after
+
+  std::unique_ptr<BackupLog> backup_log_;  // with backup workers; constant after construction
 
   std::unique_ptr<WorkQueue<Update>> pool_;  // the compute pool; last: its threads use the above
 };

@@ -9,6 +9,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
+#include "kernels/fused_adam.h"
 #include "ps/protocol_device.h"
 #include "ps/server.h"
 
@@ -84,6 +85,11 @@ void Server::init_on_device(Slice& s) {
 
 kernels::StepResult Server::update_on_device(Slice& s, Update& u, const OptimizerConfig& cfg,
                                              bool checkpoint_due) {
+  if (kernels::is_adam(cfg))
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{} on a cuda server (--server-device cuda) is not supported yet: its "
+                            "moments live in host memory only; run cpu servers for Adam/AdamW",
+                            kernels::to_string(cfg.algorithm)));
   Gpu& gpu = *gpu_;
   const std::size_t bytes = s.count * sizeof(float);
   bool first_step = false;
@@ -199,6 +205,7 @@ void Server::on_ipc(Peer& peer, const Header& h, std::span<const std::byte> payl
       g.dtype = h.dtype;
       g.lr = lr;
       auto& w = s.workers.at(rank);
+      tag_push_locked(w, g);
       w.queued.push_back(std::move(g));
       w.received++;
     }
@@ -233,6 +240,7 @@ void Server::reply_ipc_pull(Slice& s, PullWaiter w) {
     r.request_id = w.request_id;
     r.key = s.key;
     r.set_slice(s.index);
+    r.set_round_info(w.round_workers, w.late_dropped);
     {
       std::lock_guard lock(s.mu);
       r.round = s.version;

@@ -64,10 +64,10 @@ void Server::publish_weights_locked(Slice& s, const Update& u, bool written) {
 }
 
 bool Server::run_inline(Update& u) {
-  // A checkpoint writes a file: that stays on the pool, as every cuda update does. An update
-  // run inline that makes the next one ready hands that one to the pool rather than recurse.
-  const bool checkpoints = !config_.checkpoint_dir.empty() && config_.checkpoint_every > 0;
-  if (gpu_ || checkpoints || t_updating_inline ||
+  // A checkpoint (due or requested) writes a file: that stays on the pool, as every cuda update
+  // does. An update run inline that makes the next one ready hands that one to the pool rather
+  // than recurse.
+  if (gpu_ || may_checkpoint() || t_updating_inline ||
       u.slice->count * sizeof(float) > kInlineUpdateBytes)
     return false;
   t_updating_inline = true;
@@ -115,6 +115,7 @@ kernels::StepResult Server::apply_host_update(const kernels::SliceUpdate& k,
     q.weights = k.weights + begin;
     if (k.weights_in) q.weights_in = k.weights_in + begin;
     if (k.momentum) q.momentum = k.momentum + begin;
+    if (k.exp_avg_sq) q.exp_avg_sq = k.exp_avg_sq + begin;
     for (int j = 0; j < k.num_grads; ++j)
       grads[p].push_back(static_cast<const std::byte*>(k.grads[j]) + begin * width);
     q.grads = grads[p].data();

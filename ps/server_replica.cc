@@ -4,9 +4,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "base/log.h"
+#include "ps/metric_hooks.h"
+#include "ps/optimizer_state.h"
 
 namespace psrt::ps {
 
@@ -41,9 +45,22 @@ void Server::replicate(const Slice& s, std::span<const float> weights, std::uint
   state->total = s.total;
   state->version = version;
   state->parts.emplace_back(weights.begin(), weights.end());
-  if (!s.momentum.empty()) state->parts.push_back(s.momentum);
+  // The optimizer state (ps/optimizer_state.h): SGD's momentum as part 1, Adam's moments as parts
+  // 1 and 2 with the step count.
+  if (s.momentum.size() == s.count) {
+    state->parts.push_back(s.momentum);
+  } else if (s.momentum.size() == adam_state_floats(s.count)) {
+    const auto m = s.momentum.begin();
+    const auto count = static_cast<std::ptrdiff_t>(s.count);
+    state->parts.emplace_back(m, m + count);
+    state->parts.emplace_back(m + count, m + 2 * count);
+    state->adam_steps = adam_steps(s.momentum, s.count);
+  }
   state->counts = encode_counts(counts);
-  state->then = std::move(then);
+  state->then = [then = std::move(then), started = metrics_now()] {
+    replicated(started);
+    then();
+  };
   send_replica(state);
 }
 
@@ -68,6 +85,7 @@ void Server::send_replica(const std::shared_ptr<Replication>& r) {
     h.total = r->total;
     h.set_slice(r->index);
     h.set_part(part);
+    if (part == 2) h.set_adam_steps(r->adam_steps);
     h.round = r->version;
     ConstBuffer b{r->parts[part].data(), r->count * sizeof(float)};
     backup->send(h, {&b, 1}, [r](const Status&) {});
@@ -131,11 +149,41 @@ void Server::replicate_slice(Slice& s, std::function<void()> then) {
   });
 }
 
+Credential Server::primary_credential(std::uint32_t rank) {
+  if (!replica_)
+    throw Error(ErrorCode::kAuthentication,
+                fmt::format("server {} connects to a server started without replicas, which "
+                            "accepts no server",
+                            rank));
+  std::lock_guard lock(replica_->link_mu);
+  if (rank != replica_->primary)
+    throw Error(
+        ErrorCode::kAuthentication,
+        fmt::format("server {} is not the server that replicates to this one (the "
+                    "scheduler named {}): a server connects only to its own backup",
+                    rank,
+                    replica_->primary == kAnyRank ? std::string("none")
+                                                  : fmt::format("server {}", replica_->primary)));
+  return replica_->primary_credential;
+}
+
+void Server::check_primary(const Peer& peer, const Header& h) {
+  // The handshake checked the credential for the primary of that moment; the primary may have
+  // changed since (a REPLICA_SET after a loss), and then this connection's copies are not wanted.
+  std::lock_guard lock(replica_->link_mu);
+  if (peer.rank() != replica_->primary || !peer.credential() ||
+      *peer.credential() != replica_->primary_credential)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} from {}, which is not the server that replicates to this one now",
+                            to_string(h.type), peer.name()));
+}
+
 transport::Placement Server::place_replica(Peer& peer, const Header& h, std::size_t size) {
   if (!replica_ || h.type != MsgType::kReplicate)
     throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
                                                   to_string(h.type), peer.name()));
-  if (h.part() > 1)
+  check_primary(peer, h);
+  if (h.part() > 2)
     throw Error(ErrorCode::kProtocol, fmt::format("REPLICATE of part {}", h.part()));
   std::lock_guard lock(replica_->copies_mu);
   auto& c = replica_->copies[{h.key, h.slice()}];
@@ -153,6 +201,7 @@ transport::Placement Server::place_replica(Peer& peer, const Header& h, std::siz
   auto& buf = c.staged[h.part()];
   buf.resize(h.count);
   c.staged_version[h.part()] = h.round;
+  if (h.part() == 2) c.staged_steps = h.adam_steps();
   return {{buf.data(), size}, 0};
 }
 
@@ -161,6 +210,11 @@ void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std
     case MsgType::kReplicate:
       return;  // landed in its staging buffer (place_replica); the commit makes it the copy
     case MsgType::kReplicateCommit: {
+      if (!replica_)
+        throw Error(
+            ErrorCode::kProtocol,
+            fmt::format("REPLICATE_COMMIT from {}: this server takes no replicas", peer.name()));
+      check_primary(peer, h);
       std::vector<ReplicaCount> counts;
       if (Status st = decode_counts(payload, counts); !st.ok())
         return peer.send_error(h.request_id, st.code(), st.message(), false);
@@ -175,12 +229,18 @@ void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std
                                  false);
         Replica::Copy& c = it->second;
         c.weights.swap(c.staged[0]);
-        if (c.staged_version[1] == h.round) {
-          c.momentum.swap(c.staged[1]);
-        } else {
+        if (c.staged_version[1] != h.round) {
           c.momentum.clear();
+        } else if (c.staged_version[2] != h.round) {
+          c.momentum.swap(c.staged[1]);
+        } else {  // Adam's layout (ps/optimizer_state.h)
+          c.momentum.resize(adam_state_floats(c.count));
+          std::copy(c.staged[1].begin(), c.staged[1].end(), c.momentum.begin());
+          std::copy(c.staged[2].begin(), c.staged[2].end(),
+                    c.momentum.begin() + static_cast<std::ptrdiff_t>(c.count));
+          set_adam_steps(c.momentum, c.count, c.staged_steps);
         }
-        c.staged_version[0] = c.staged_version[1] = UINT64_MAX;
+        c.staged_version[0] = c.staged_version[1] = c.staged_version[2] = UINT64_MAX;
         c.version = h.round;
         c.counts = std::move(counts);
         c.source = peer.rank();
@@ -273,7 +333,10 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   const std::uint32_t backup_rank =
       address.empty() ? kAnyRank
                       : static_cast<std::uint32_t>(std::min<std::uint64_t>(h.round, kAnyRank));
-  auto ack = [peer = scheduler.shared_from_this(), id = h.request_id] {
+  const auto primary = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.total, kAnyRank));
+  auto peer = scheduler.shared_from_this();
+  auto ack = [peer, id = h.request_id](const Status& st) {
+    if (!st.ok()) return peer->send_error(id, st.code(), st.message(), false);
     Header r;
     r.type = MsgType::kReplicaSetAck;
     r.request_id = id;
@@ -283,6 +346,8 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   std::shared_ptr<Peer> old;
   {
     std::lock_guard lock(replica_->link_mu);
+    replica_->primary = primary;
+    replica_->primary_credential = primary == kAnyRank ? Credential{} : credential_of(h);
     same = backup_rank == replica_->backup_rank && replica_->backup;
     if (!same) {
       old = std::move(replica_->backup);
@@ -293,34 +358,74 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   // connection closes, so that the updates waiting on them go on.
   if (old) old->close();
   // The same backup holds a copy of every slice here but those just promoted.
-  if (address.empty() || (same && lost == kAnyRank)) return ack();
+  if (address.empty() || (same && lost == kAnyRank)) return ack(Status());
   // Connecting (the handshake needs the progress thread) and sending every slice happen on the
-  // connector thread; the scheduler hears back once they were sent.
-  (void)replica_->connector.push([this, addr = address[0], backup_rank, same, ack] {
-    if (!same) {
-      try {
-        auto peer =
-            replica_->endpoint->connect(replica_->transport, addr, replica_->self_rank,
-                                        Role::kServer, backup_rank, replica_->connect_timeout);
-        std::lock_guard lock(replica_->link_mu);
-        replica_->backup = peer;
-        replica_->backup_rank = backup_rank;
-      } catch (const Error& e) {
-        PSRT_LOG_ERROR("cannot reach server {} to replicate to it: {}", backup_rank, e.what());
-        return ack();
-      }
-      PSRT_LOG_INFO("replicating to server {} at {}", backup_rank, addr);
-    }
-    std::vector<Slice*> all;
-    {
-      std::shared_lock slices(slices_mu_);
-      for (auto& [id, s] : slices_)
-        all.push_back(s.get());
-    }
-    for (Slice* s : all)
-      replicate_slice(*s, [] {});
-    ack();
+  // connector thread; the scheduler hears back once the backup acknowledged every copy.
+  (void)replica_->connector.push([this, addr = address[0], backup_rank, same, ack, lost] {
+    copy_to_backup(addr, backup_rank, same, lost, ack);
   });
+}
+
+void Server::copy_to_backup(const std::string& addr, std::uint32_t backup_rank, bool same,
+                            std::uint32_t lost, const std::function<void(const Status&)>& ack) {
+  if (before_replicating) before_replicating(lost);
+  if (!same) {
+    try {
+      auto backup = connect_backup(addr, backup_rank);
+      std::lock_guard lock(replica_->link_mu);
+      replica_->backup = backup;
+      replica_->backup_rank = backup_rank;
+    } catch (const Error& e) {
+      auto why = fmt::format("server {} cannot reach server {} to replicate to it: {}",
+                             replica_->self_rank, backup_rank, e.what());
+      PSRT_LOG_ERROR("{}", why);
+      return ack(Status(e.code(), why));
+    }
+    PSRT_LOG_INFO("replicating to server {} at {}", backup_rank, addr);
+  }
+  std::vector<Slice*> all;
+  {
+    std::shared_lock slices(slices_mu_);
+    for (auto& [id, s] : slices_)
+      all.push_back(s.get());
+  }
+  // Acknowledged once every slice's copy was (or the update holding it replicates it).
+  auto left = std::make_shared<std::atomic<std::size_t>>(all.size() + 1);
+  auto one_done = [this, left, backup_rank, ack] {
+    if (left->fetch_sub(1) != 1) return;
+    std::shared_ptr<Peer> now;
+    {
+      std::lock_guard lock(replica_->link_mu);
+      now = replica_->backup;
+    }
+    if (!now)
+      return ack(Status(ErrorCode::kPeerFailed,
+                        fmt::format("server {} lost its new backup, server {}, before it held "
+                                    "a copy of every slice",
+                                    replica_->self_rank, backup_rank)));
+    ack(Status());
+  };
+  for (Slice* s : all)
+    replicate_slice(*s, one_done);
+  one_done();
+}
+
+std::shared_ptr<Peer> Server::connect_backup(const std::string& address, std::uint32_t rank) {
+  // The backup hears of its new primary from the scheduler at about the time this server hears
+  // of its new backup, and refuses it until then: retried until the connect timeout.
+  const auto deadline = std::chrono::steady_clock::now() + replica_->connect_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    try {
+      return replica_->endpoint->connect(replica_->transport, address, replica_->self_rank,
+                                         Role::kServer, rank,
+                                         std::max(left, std::chrono::milliseconds(1)));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kAuthentication || left < std::chrono::milliseconds(20)) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void Server::replica_peer_closed(Peer& peer, const Status& why) {

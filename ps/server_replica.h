@@ -44,10 +44,17 @@ struct Server::Replica {
   const std::uint32_t self_rank;
   const std::chrono::milliseconds connect_timeout;
 
-  // Primary side. link_mu guards backup and backup_rank.
+  // Primary side. link_mu guards backup and backup_rank, and the backup side's primary and
+  // primary_credential.
   std::mutex link_mu;
   std::shared_ptr<Peer> backup;  // null: this server replicates to nobody now
   std::uint32_t backup_rank = kAnyRank;
+  // Backup side: the one server that may replicate here now (the last REPLICA_SET's; kAnyRank:
+  // none) and the credential the scheduler gave its registration. Only a connection that proved
+  // both in its handshake may send REPLICATE and REPLICATE_COMMIT, and only while that server is
+  // still the primary.
+  std::uint32_t primary = kAnyRank;
+  Credential primary_credential{};
   Requests acks;  // REPLICATE_COMMIT → REPLICATE_ACK; thread-safe
   // Runs REPLICA_SET's work in order: connecting to a new backup, sending it every slice.
   WorkQueue<std::function<void()>> connector{1, [](std::function<void()>& job) { job(); }};
@@ -61,9 +68,12 @@ struct Server::Replica {
     std::vector<float> weights, momentum;
     std::vector<ReplicaCount> counts;
     bool committed = false;  // false until the first REPLICATE_COMMIT
-    // The parts of the version being received, made the copy by its commit.
-    std::vector<float> staged[2];
-    std::uint64_t staged_version[2] = {UINT64_MAX, UINT64_MAX};
+    // The parts of the version being received, made the copy by its commit: weights, then the
+    // optimizer state (ps/optimizer_state.h) in one part (SGD's momentum) or two (Adam's
+    // exp_avg and exp_avg_sq, with the step count in part 2's header).
+    std::vector<float> staged[3];
+    std::uint64_t staged_version[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    std::uint64_t staged_steps = 0;
   };
   std::mutex copies_mu;
   std::map<std::pair<std::uint64_t, std::uint32_t>, Copy> copies;
@@ -75,9 +85,12 @@ struct Server::Replica {
 struct Server::Replication {
   std::uint64_t key = 0, offset = 0, count = 0, total = 0, version = 0;
   std::uint32_t index = 0;
-  std::vector<std::vector<float>> parts;  // weights, then momentum when it has any
-  std::vector<std::byte> counts;          // encoded ReplicaCounts
-  std::shared_ptr<Peer> sent_to;          // the backup it went to last
+  // Weights, then the optimizer state when it has any: momentum (count values), or Adam's
+  // exp_avg and exp_avg_sq (count values each) with `adam_steps`.
+  std::vector<std::vector<float>> parts;
+  std::uint64_t adam_steps = 0;
+  std::vector<std::byte> counts;  // encoded ReplicaCounts
+  std::shared_ptr<Peer> sent_to;  // the backup it went to last
   std::function<void()> then;
 };
 

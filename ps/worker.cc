@@ -9,7 +9,7 @@
 #include "base/log.h"
 #include "device/cuda_device.h"
 #include "device/memory.h"
-#include "ps/protocol_kernels.h"
+#include "ps/worker_exit.h"
 #include "ps/worker_impl.h"
 #include "transport/factory.h"
 
@@ -17,11 +17,13 @@ namespace psrt {
 namespace detail {
 
 void HandleState::complete_part(const Status& s) {
+  bool last = false;
   {
     std::lock_guard lock(mu);
     if (!s.ok() && status.ok()) status = s;
-    --remaining;
+    last = --remaining == 0;
   }
+  if (last) ps::finished_op(metrics, status.ok());  // status is final once remaining is 0
   cv.notify_all();
 }
 
@@ -30,6 +32,11 @@ void HandleState::note_version(const ps::Header& reply) {
       reply.type != ps::MsgType::kVersionReply)
     return;
   std::lock_guard lock(mu);
+  if (reply.type != ps::MsgType::kVersionReply) {
+    dropped += reply.late_dropped();
+    round_workers =
+        has_version ? std::min(round_workers, reply.round_workers()) : reply.round_workers();
+  }
   version = has_version ? std::min(version, reply.round) : reply.round;
   has_version = true;
 }
@@ -58,6 +65,7 @@ bool Handle::wait_sent_for(std::chrono::milliseconds timeout) const {
 
 void Handle::wait() const {
   if (!state_) return;
+  const ps::WaitTimer waited(state_->metrics.key);
   std::unique_lock lock(state_->mu);
   if (!state_->cv.wait_for(lock, state_->timeout, [&] { return state_->remaining <= 0; }))
     throw Error(ErrorCode::kTimeout,
@@ -76,6 +84,18 @@ std::uint64_t Handle::version() const {
   if (!state_) return 0;
   std::lock_guard lock(state_->mu);
   return state_->remaining <= 0 && state_->status.ok() ? state_->version : 0;
+}
+
+std::uint64_t Handle::dropped() const {
+  if (!state_) return 0;
+  std::lock_guard lock(state_->mu);
+  return state_->remaining <= 0 && state_->status.ok() ? state_->dropped : 0;
+}
+
+std::uint32_t Handle::round_workers() const {
+  if (!state_) return 0;
+  std::lock_guard lock(state_->mu);
+  return state_->remaining <= 0 && state_->status.ok() ? state_->round_workers : 0;
 }
 
 bool Handle::ready() const {
@@ -113,9 +133,11 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
     rank_ = reply.header.assigned_rank();
     endpoint_->set_credential(ps::credential_of(reply.header));  // proven to every server
     num_workers_ = static_cast<int>(reply.header.live_workers());
+    joined_ = reply.header.count == 1;  // joined a running job (docs/elastic.md)
     resume_round_ = reply.header.round;
     replicas_ = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, reply.header.total));
     scheduler_->set_rank(0);
+    ps::sync_clock(requests_, *scheduler_, options_.op_timeout);  // when the timeline is on
     std::vector<std::string> addresses;
     if (Status s = ps::decode_lines(reply.payload, addresses); !s.ok() || addresses.empty())
       throw Error(ErrorCode::kProtocol, "the scheduler sent no usable server list");
@@ -140,8 +162,10 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
       } catch (...) {  // e.g. no memory: one heartbeat is missed, the thread goes on
         PSRT_LOG_WARN("{}", current_exception_status("heartbeat not sent").message());
       }
+      ps::report_metrics(*scheduler_, ps::Role::kWorker);
     }
   });
+  ps::leave_at_exit(this);  // a program that ends without shutdown() still leaves the job
 }
 
 Worker::Impl::~Impl() {
@@ -157,6 +181,16 @@ void Worker::Impl::check_open() const {
   std::lock_guard lock(self->state_mu_);
   if (closed_) throw Error(ErrorCode::kCancelled, "this psrt::Worker was shut down");
   if (!ended_.empty()) throw Error(ErrorCode::kCancelled, "the job has ended: " + ended_);
+}
+
+void Worker::Impl::fail_if_ended() {
+  std::string why;
+  {
+    std::lock_guard lock(state_mu_);
+    why = ended_;
+  }
+  if (!why.empty())
+    requests_.fail_all(Status(ErrorCode::kCancelled, "the job was stopped: " + why));
 }
 
 std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::uint64_t total) {
@@ -206,12 +240,19 @@ void Worker::Impl::set_learning_rate(float lr) {
   lr_bits_.store(std::bit_cast<std::uint32_t>(lr), std::memory_order_relaxed);
 }
 
-void Worker::Impl::init(Key key, std::span<const float> value) {
+void Worker::Impl::init(Key key, std::span<const float> value, KeyUpdate update) {
   check_open();
   if (value.empty())
     throw Error(ErrorCode::kInvalidArgument, fmt::format("init of key {} with 0 elements", key));
+  if (update != KeyUpdate::kOptimizer && replicas_ > 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("init of key {} as an aggregate-only key (sum mode, allreduce): not "
+                            "supported with --replicas 2 (a backup keeps no key's kind); run "
+                            "without --replicas, or keep the optimizer on the servers",
+                            key));
   layout(key, value.size());  // places the key on first sight; checks its size otherwise
-  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {}).wait();
+  data_op(MsgType::kInit, key, {value.data(), value.size_bytes()}, ps::WireType::kF32, {}, update)
+      .wait();
 }
 
 struct Worker::Impl::DataOp {
@@ -222,7 +263,8 @@ struct Worker::Impl::DataOp {
   MutableBuffer out;
   ps::WireType dtype;
   std::size_t esize;
-  std::string op;  // the message type's name, for errors
+  std::string op;    // the message type's name, for errors
+  KeyUpdate update;  // INIT: what the servers do with the key's rounds
   bool sends_grad;
   bool replies_weights;
   bool grad_cuda;
@@ -251,17 +293,20 @@ struct Worker::Impl::SlicePlan {
 };
 
 Handle Worker::Impl::data_op(MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
-                             MutableBuffer out) {
+                             MutableBuffer out, KeyUpdate update) {
   check_open();
-  const DataOp op = check_data_op(type, key, grad, dtype, out);
+  DataOp op = check_data_op(type, key, grad, dtype, out);
+  op.update = update;
   const auto lr = std::bit_cast<float>(lr_bits_.load(std::memory_order_relaxed));
   std::vector<SlicePlan> plans = plan_data_op(op);
   const auto& slices = op.layout->slices;
   auto st =
       std::make_shared<detail::HandleState>(static_cast<int>(slices.size()), options_.op_timeout,
                                             fmt::format("{} of key {}", op.op, key));
+  st->metrics = ps::start_op(type, key, op.replies_weights ? out.size : 0);
   for (std::size_t i = 0; i < slices.size(); ++i)
     send_slice(op, slices[i], plans[i], lr, st);
+  ps::issued_op(st->metrics, type, key, op.sends_grad ? grad.size : 0);
   return Handle(st);
 }
 
@@ -275,6 +320,7 @@ Worker::Impl::DataOp Worker::Impl::check_data_op(MsgType type, Key key, ConstBuf
            .dtype = dtype,
            .esize = ps::wire_size(dtype),
            .op = std::string(ps::to_string(type)),
+           .update = KeyUpdate::kOptimizer,
            .sends_grad = type != MsgType::kPull,
            .replies_weights = type == MsgType::kPull || type == MsgType::kPushPull,
            .grad_cuda = false,
@@ -416,6 +462,7 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   h.total = d.layout->total;
   h.set_slice(s.index);
   if (d.type == MsgType::kPush || d.type == MsgType::kPushPull) h.set_learning_rate(lr);
+  if (d.type == MsgType::kInit) h.set_key_update(static_cast<std::uint32_t>(d.update));
   if (replicas_ > 1)
     return send_replicated(s, h, d.sends_grad ? d.src_of(s) : ConstBuffer{}, d.dest_of(s), st);
   auto& server = *servers_[s.server];
@@ -424,9 +471,12 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   const ConstBuffer src = d.src_of(s);
   MutableBuffer dest = d.dest_of(s);
 
-  ps::Requests::Done done = [st](const Status& status, const Header& reply,
-                                 std::span<const std::byte>) {
+  const std::int64_t began = ps::timeline_now();
+  ps::Requests::Done done = [st, began, key = d.key, slice = s.index](const Status& status,
+                                                                      const Header& reply,
+                                                                      std::span<const std::byte>) {
     if (status.ok()) st->note_version(reply);
+    ps::timeline_record(ps::TimelineKind::kReply, key, slice, began, reply.round);
     st->complete_part(status);
   };
   if (plan.out_pinned) {
@@ -436,7 +486,9 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
   }
   const auto id = requests_.add(server, what, std::move(done), dest);
   h.request_id = id;
-  auto on_sent = [this, id, st](const Status& status) {
+  auto on_sent = [this, id, st, began, key = d.key, slice = s.index,
+                  bytes = d.sends_grad ? src.size : 0](const Status& status) {
+    ps::timeline_record(ps::TimelineKind::kSend, key, slice, began, bytes);
     st->sent_part();
     if (!status.ok()) requests_.fail(id, status);
   };
@@ -494,6 +546,7 @@ void Worker::Impl::barrier() {
 }
 
 void Worker::Impl::shutdown() {
+  ps::forget_at_exit(this);
   {
     std::lock_guard lock(state_mu_);
     if (closed_) return;
@@ -508,6 +561,9 @@ void Worker::Impl::shutdown() {
     ended = !ended_.empty();
   }
   if (!ended && scheduler_) {
+    // The final counts and the timeline, before leaving.
+    ps::report_metrics(*scheduler_, ps::Role::kWorker, std::chrono::seconds(2));
+    ps::flush_timeline(*scheduler_, std::chrono::seconds(5));
     try {
       Header h;
       h.type = MsgType::kUnregister;
@@ -528,11 +584,11 @@ void Worker::Impl::shutdown() {
   stop_staging();
 }
 
-transport::Placement Worker::Impl::place(ps::Peer&, const Header& h, std::size_t size) {
+transport::Placement Worker::Impl::place(ps::Peer& peer, const Header& h, std::size_t size) {
   if (h.type != MsgType::kPullReply)
     throw Error(ErrorCode::kProtocol,
                 fmt::format("a worker does not accept {}", ps::to_string(h.type)));
-  return {requests_.dest(h.request_id, size), 0};
+  return {requests_.dest(peer, h.request_id, size), 0};
 }
 
 void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
@@ -587,6 +643,9 @@ int Worker::rank() const {
 int Worker::num_workers() const {
   return impl_->num_workers();
 }
+bool Worker::joined() const {
+  return impl_->joined();
+}
 int Worker::num_servers() const {
   return impl_->num_servers();
 }
@@ -600,7 +659,10 @@ void Worker::set_learning_rate(float lr) {
   impl_->set_learning_rate(lr);
 }
 void Worker::init(Key key, std::span<const float> value) {
-  impl_->init(key, value);
+  impl_->init(key, value, KeyUpdate::kOptimizer);
+}
+void Worker::init(Key key, std::span<const float> value, KeyUpdate update) {
+  impl_->init(key, value, update);
 }
 
 Handle Worker::push(Key key, std::span<const float> grad) {

@@ -139,22 +139,8 @@ void Worker::Impl::stop_staging() {
   stopping.clear();  // each waits for its queued copies and runs their callbacks
 }
 
-namespace {
-ps::WireType wire_type(GradType t) {
-  switch (t) {
-    case GradType::kF32:
-      return ps::WireType::kF32;
-    case GradType::kF16:
-      return ps::WireType::kF16;
-    case GradType::kBF16:
-      return ps::WireType::kBF16;
-  }
-  throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown GradType {}", static_cast<int>(t)));
-}
-}  // namespace
-
 Handle Worker::push(Key key, ConstBuffer grad, GradType type) {
-  return impl_->data_op(ps::MsgType::kPush, key, grad, wire_type(type), {});
+  return impl_->data_op(ps::MsgType::kPush, key, grad, ps::to_wire(type), {});
 }
 
 Handle Worker::pull(Key key, MutableBuffer out) {
@@ -167,7 +153,7 @@ Handle Worker::push_pull(Key key, ConstBuffer grad, GradType type, MutableBuffer
   if (grad.size && out.size && g < o + out.size && o < g + grad.size)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("push_pull of key {}: grad and out overlap", key));
-  return impl_->data_op(ps::MsgType::kPushPull, key, grad, wire_type(type), out);
+  return impl_->data_op(ps::MsgType::kPushPull, key, grad, ps::to_wire(type), out);
 }
 
 }  // namespace psrt

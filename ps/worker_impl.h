@@ -16,6 +16,7 @@
 #include "device/ipc.h"
 #include "ps/device_staging.h"
 #include "ps/endpoint.h"
+#include "ps/metric_hooks.h"
 #include "ps/requests.h"
 #include "psrt/psrt.h"
 #include "transport/transport.h"
@@ -40,8 +41,14 @@ struct HandleState {
   Status status;
   std::uint64_t version = 0;
   bool has_version = false;
+  // Backup workers (from the pull replies: Header::late_dropped, round_workers): this worker's
+  // pushes the servers dropped as late, summed over the slices, and the fewest gradients an
+  // update of the version received averaged.
+  std::uint64_t dropped = 0;
+  std::uint32_t round_workers = 0;
   const std::chrono::milliseconds timeout;
   const std::string what;
+  ps::OpMetrics metrics;  // live metrics (ps/metric_hooks.h); set before the first send
 };
 }  // namespace detail
 
@@ -52,16 +59,18 @@ class Worker::Impl final : public ps::Handler {
 
   int rank() const { return static_cast<int>(rank_); }
   int num_workers() const { return num_workers_; }
+  bool joined() const { return joined_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
   std::uint64_t resume_round() const { return resume_round_; }
 
   void set_optimizer(const OptimizerConfig& c);
   void set_learning_rate(float lr);
-  void init(Key key, std::span<const float> value);
+  void init(Key key, std::span<const float> value, KeyUpdate update);
   // One request per slice of `key`: INIT/PUSH/PUSH_PULL send `grad`'s slice, PULL/PUSH_PULL
   // replies land in `out`'s slice (fp32). Either may be device memory (ps/worker_device.cc).
-  Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype,
-                 MutableBuffer out);
+  // `update`: an INIT's KeyUpdate.
+  Handle data_op(ps::MsgType type, Key key, ConstBuffer grad, ps::WireType dtype, MutableBuffer out,
+                 KeyUpdate update = KeyUpdate::kOptimizer);
   // One VERSION per slice of `key`; the Handle's version() is the key's (ps/worker.cc).
   Handle version(Key key);
   void barrier();
@@ -79,6 +88,9 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
+  // Fails every request still pending once the scheduler stopped the job (SHUTDOWN seen): for a
+  // request added after SHUTDOWN's own fail_all ran.
+  void fail_if_ended();
   // data_op in three steps (ps/worker.cc): check the buffers against the key, plan every slice
   // (paths, staging, IPC handles: whatever else can fail), then send every slice. An error in
   // the first two sends nothing, so no round gets a part of the operation.
@@ -126,6 +138,7 @@ class Worker::Impl final : public ps::Handler {
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::uint32_t rank_ = ps::kAnyRank;
   int num_workers_ = 0;
+  bool joined_ = false;
   std::uint64_t resume_round_ = 0;
   std::atomic<std::uint32_t> lr_bits_{0};  // stamped on every push: 0 = the configured rate
 

@@ -33,7 +33,7 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   const Key key = h.key;
   const std::uint32_t index = s.index;
   const std::string what = fmt::format("{} of key {} slice {}", ps::to_string(h.type), key, index);
-  std::lock_guard lock(route_mu_);
+  std::unique_lock lock(route_mu_);
   SliceLog& log = logs_[{key, index}];
   log.shard = s.server;
   Sent sent;
@@ -64,6 +64,11 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   } else {
     server->send(h, {}, on_sent);
   }
+  // The job may have stopped since check_open(): SHUTDOWN's fail_all ran before this request was
+  // added and its server is gone, so no ROUTE would ever re-send it. Fail it now, not at its
+  // timeout (ended_ is set before that fail_all; the replies' callbacks take route_mu_).
+  lock.unlock();
+  fail_if_ended();
 }
 
 void Worker::Impl::on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id,

@@ -7,21 +7,12 @@ namespace py = pybind11;
 namespace psrt::python {
 
 void bind_errors(py::module_& m) {
-  py::enum_<ErrorCode>(m, "ErrorCode", py::arithmetic(),
-                       "psrt::ErrorCode: why an operation failed (psrt.Error.code)")
-      .value("OK", ErrorCode::kOk)
-      .value("INVALID_ARGUMENT", ErrorCode::kInvalidArgument)
-      .value("UNSUPPORTED", ErrorCode::kUnsupported)
-      .value("CONNECTION_CLOSED", ErrorCode::kConnectionClosed)
-      .value("PEER_FAILED", ErrorCode::kPeerFailed)
-      .value("TIMEOUT", ErrorCode::kTimeout)
-      .value("PROTOCOL", ErrorCode::kProtocol)
-      .value("SYSTEM", ErrorCode::kSystem)
-      .value("TRANSPORT", ErrorCode::kTransport)
-      .value("CANCELLED", ErrorCode::kCancelled)
-      .value("INTERNAL", ErrorCode::kInternal)
-      .value("AUTHENTICATION", ErrorCode::kAuthentication)
-      .value("NOT_FOUND", ErrorCode::kNotFound);
+  py::enum_<ErrorCode> codes(m, "ErrorCode", py::arithmetic(),
+                             "psrt::ErrorCode: why an operation failed (psrt.Error.code)");
+#define PSRT_ERROR_CODE_VALUE(code, python_name, text, meaning) \
+  codes.value(#python_name, ErrorCode::code, meaning);
+  PSRT_ERROR_CODES(PSRT_ERROR_CODE_VALUE)
+#undef PSRT_ERROR_CODE_VALUE
 
   // Created once and never freed: the translator below may run until the interpreter exits.
   static auto* error_type = new py::exception<Error>(m, "Error");

@@ -76,6 +76,14 @@ void bind_handle(py::module_& m) {
            "The version of the weights a completed pull or push_pull received: the servers' "
            "update count of the key (in sync its rounds; 0 = the initial value), the lowest over "
            "its slices. 0 for a push or an operation not complete.")
+      .def("dropped", &PyHandle::dropped,
+           "Backup workers (psrun --backup-workers): how many of this worker's pushes of the "
+           "key's slices the servers dropped as late since its previous pull (their round ran "
+           "without it; the weights received are newer). 0 for a push or an operation not "
+           "complete.")
+      .def("round_workers", &PyHandle::round_workers,
+           "The fewest gradients the update that made a received slice's version averaged (0 "
+           "for the initial value).")
       .def("__repr__", [](const PyHandle& h) {
         return fmt::format("<psrt.Handle {} {}>", h.what(), h.ready() ? "complete" : "running");
       });

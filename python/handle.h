@@ -43,6 +43,8 @@ class PyHandle {
   bool ready() const { return op_->handle.ready(); }
   bool sent() const { return op_->handle.sent(); }
   std::uint64_t version() const { return op_->handle.version(); }
+  std::uint64_t dropped() const { return op_->handle.dropped(); }
+  std::uint32_t round_workers() const { return op_->handle.round_workers(); }
   const std::string& what() const { return op_->what; }
 
  private:

@@ -1,9 +1,14 @@
 #include "python/worker.h"
 
 #include <fmt/format.h>
+#include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <memory>
+#include <string>
+#include <utility>
 
+#include "kernels/fused_adam.h"
 #include "psrt/psrt.h"
 #include "python/buffers.h"
 #include "python/handle.h"
@@ -53,11 +58,20 @@ class PyWorker {
     return *worker_;
   }
 
-  void init(Key key, py::handle value) {
+  void init(Key key, py::handle value, const std::string& update) {
     Memory m = memory_of(value, Use::kValue, fmt::format("init(key {}): value", key));
     const std::span<const float> floats(static_cast<const float*>(m.buffer.data), m.count);
+    const KeyUpdate u = key_update(update);
     py::gil_scoped_release release;
-    get().init(key, floats);
+    get().init(key, floats, u);
+  }
+
+  static KeyUpdate key_update(const std::string& name) {
+    if (name == "optimizer") return KeyUpdate::kOptimizer;
+    if (name == "mean") return KeyUpdate::kMean;
+    if (name == "sum") return KeyUpdate::kSum;
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("init(update='{}'): use 'optimizer', 'mean' or 'sum'", name));
   }
 
   PyHandle push(Key key, py::handle grad) {
@@ -154,20 +168,41 @@ void bind_worker(py::module_& m) {
           "Joins a job from explicit options (psrt::WorkerOptions). Blocking.")
       .def_property_readonly("rank", [](const PyWorker& w) { return w.get().rank(); })
       .def_property_readonly("num_workers", [](const PyWorker& w) { return w.get().num_workers(); })
+      .def_property_readonly(
+          "joined", [](const PyWorker& w) { return w.get().joined(); },
+          "True when this worker joined a job already running: skip start-up barriers, pull "
+          "the current weights (docs/elastic.md)")
       .def_property_readonly("num_servers", [](const PyWorker& w) { return w.get().num_servers(); })
+      .def_property_readonly(
+          "local_rank",
+          [](const PyWorker& w) {
+            w.get();
+            const char* v = std::getenv("PSRT_LOCAL_RANK");
+            return v && *v ? static_cast<int>(runtime::env_int("PSRT_LOCAL_RANK", 0, 1 << 20)) : 0;
+          },
+          "This worker's index among the workers on its host (PSRT_LOCAL_RANK, as torchrun's "
+          "LOCAL_RANK; 0 when the launcher did not say)")
       .def_property_readonly("resume_round",
                              [](const PyWorker& w) { return w.get().resume_round(); })
       .def(
           "set_optimizer",
           [](PyWorker& self, float lr, float momentum, float dampening, float weight_decay,
-             bool nesterov, float max_grad_norm, bool skip_nonfinite) {
-            const OptimizerConfig c{.lr = lr,
-                                    .momentum = momentum,
-                                    .dampening = dampening,
-                                    .weight_decay = weight_decay,
-                                    .nesterov = nesterov,
-                                    .max_grad_norm = max_grad_norm,
-                                    .skip_nonfinite = skip_nonfinite};
+             bool nesterov, float max_grad_norm, bool skip_nonfinite, const std::string& optimizer,
+             std::pair<float, float> betas, float eps) {
+            OptimizerConfig c{.lr = lr,
+                              .momentum = momentum,
+                              .dampening = dampening,
+                              .weight_decay = weight_decay,
+                              .nesterov = nesterov,
+                              .beta1 = betas.first,
+                              .beta2 = betas.second,
+                              .eps = eps,
+                              .max_grad_norm = max_grad_norm,
+                              .skip_nonfinite = skip_nonfinite};
+            if (!kernels::parse_algorithm(optimizer, c.algorithm))
+              throw Error(ErrorCode::kInvalidArgument,
+                          "set_optimizer(optimizer='" + optimizer +
+                              "'): the servers run 'sgd', 'adam' or 'adamw'");
             Worker& w = self.get();
             py::gil_scoped_release release;
             w.set_optimizer(c);
@@ -175,13 +210,21 @@ void bind_worker(py::module_& m) {
           py::kw_only(), py::arg("lr") = 0.01f, py::arg("momentum") = 0.f,
           py::arg("dampening") = 0.f, py::arg("weight_decay") = 0.f, py::arg("nesterov") = false,
           py::arg("max_grad_norm") = 0.f, py::arg("skip_nonfinite") = false,
-          "Sets the servers' optimizer (torch.optim.SGD's parameters). Blocking; the same values "
-          "on every worker, before the first push.")
+          py::arg("optimizer") = "sgd", py::arg("betas") = std::pair<float, float>(0.9f, 0.999f),
+          py::arg("eps") = 1e-8f,
+          "Sets the servers' optimizer: optimizer='sgd' (torch.optim.SGD's lr, momentum, "
+          "dampening, weight_decay, nesterov), 'adam' or 'adamw' (torch.optim.Adam/AdamW's lr, "
+          "betas, eps, weight_decay). Blocking; the same values on every worker, before the "
+          "first push.")
       .def("set_learning_rate", PyWorker::blocking(&Worker::set_learning_rate), py::arg("lr"),
            "The learning rate of the rounds of this worker's pushes from now on (0 = the "
            "configured one). Non-blocking.")
       .def("init", &PyWorker::init, py::arg("key"), py::arg("value"),
-           "Stores value (float32) as key's initial weights unless the key exists. Blocking.")
+           py::arg("update") = "optimizer",
+           "Stores value (float32) as key's initial weights unless the key exists. Blocking. "
+           "update: what the servers do with the key's rounds: 'optimizer' (the job's optimizer "
+           "updates the weights), or 'mean' / 'sum' (aggregate only: after a round the key's value "
+           "is the mean / sum of that round's gradients; needs --mode sync and cpu servers).")
       .def("push", &PyWorker::push, py::arg("key"), py::arg("grad"),
            "Sends a gradient (float32, float16 or bfloat16) for key. Returns a Handle.")
       .def("pull", &PyWorker::pull, py::arg("key"), py::arg("out"),

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "ps/auth.h"
 #include "psrt/error.h"
+#include "runtime/worker_ranks.h"
 
 namespace psrt::runtime {
 namespace {
@@ -354,13 +354,23 @@ std::vector<std::string> slurm_hostnames(const std::string& list) {
 }
 
 std::vector<std::pair<std::string, std::string>> engine_job_env(const EngineJob& job) {
-  return {{"PSRT_ROLE", job.role},
-          {"PSRT_RANK", std::to_string(job.rank)},
-          {"PSRT_NUM_SERVERS", std::to_string(job.num_servers)},
-          {"PSRT_NUM_WORKERS", std::to_string(job.num_workers)},
-          {"PSRT_SCHEDULER", job.scheduler},
-          {"PSRT_LOCAL_RANK", std::to_string(job.local_rank)},
-          {"PSRT_LOCAL_SIZE", std::to_string(job.local_size)}};
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"PSRT_ROLE", job.role},
+      {"PSRT_RANK", std::to_string(job.rank)},
+      {"PSRT_NUM_SERVERS", std::to_string(job.num_servers)},
+      {"PSRT_NUM_WORKERS", std::to_string(job.num_workers)},
+      {"PSRT_SCHEDULER", job.scheduler}};
+  if (job.role != "worker") {
+    env.emplace_back("PSRT_LOCAL_RANK", std::to_string(job.local_rank));
+    env.emplace_back("PSRT_LOCAL_SIZE", std::to_string(job.local_size));
+    return env;
+  }
+  // A worker counts workers only: the servers the engine placed on its host are not GPUs' users.
+  const LocalRank local =
+      worker_local_rank(job.global_rank, job.num_servers, job.local_rank, job.local_size);
+  for (auto& kv : worker_rank_env(job.rank, job.num_workers, local))
+    env.push_back(std::move(kv));
+  return env;
 }
 
 std::optional<EngineJob> adopt_engine_env() {
@@ -375,18 +385,6 @@ std::optional<EngineJob> adopt_engine_env() {
     for (const auto& [k, v] : engine_job_env(*job))
       ::setenv(k.c_str(), v.c_str(), 1);
   return job;
-}
-
-std::string job_secret_from_env() {
-  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
-    ps::check_secret_length(s, "PSRT_SECRET");
-    return s;
-  }
-  if (const char* f = std::getenv("PSRT_SECRET_FILE"); f && *f) return ps::read_secret_file(f);
-  throw bad(
-      "neither PSRT_SECRET nor PSRT_SECRET_FILE is set: start this program with psrun, or "
-      "give every process of the job the same secret in PSRT_SECRET_FILE (a file only its "
-      "owner can read, chmod 600)");
 }
 
 }  // namespace psrt::runtime

@@ -56,8 +56,4 @@ std::vector<std::pair<std::string, std::string>> engine_job_env(const EngineJob&
 // in the environment (children inherit it) and returns the job.
 std::optional<EngineJob> adopt_engine_env();
 
-// The job secret: PSRT_SECRET, else the file PSRT_SECRET_FILE names (private, chmod 600; see
-// ps::read_secret_file). Throws naming both when neither is set.
-std::string job_secret_from_env();
-
 }  // namespace psrt::runtime

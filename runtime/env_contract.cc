@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ranges>
 
 #include "psrt/error.h"
 
@@ -27,10 +28,15 @@ const std::vector<EnvVar>& env_contract() {
        "port of the scheduler that global rank 0 hosts (default: MASTER_PORT, TF_CONFIG's ps[0] "
        "port, else 7450)"},
       {"PSRT_LOCAL_RANK", "", "worker",
-       "set for engine-started processes: rank among the job's processes on this host (pick a "
-       "GPU with it)"},
+       "set by psrun on every launcher: a worker's rank among the workers on its host (servers "
+       "not counted; pick a GPU with it); a server's among the job's processes there"},
       {"PSRT_LOCAL_SIZE", "", "worker",
-       "set for engine-started processes: the job's processes on this host"},
+       "set by psrun on every launcher: the workers on this host (a server: the processes)"},
+      {"RANK", "", "worker", "set by psrun for workers, as torchrun does: PSRT_RANK"},
+      {"WORLD_SIZE", "", "worker", "set by psrun for workers, as torchrun does: the workers (N)"},
+      {"LOCAL_RANK", "", "worker", "set by psrun for workers, as torchrun does: PSRT_LOCAL_RANK"},
+      {"LOCAL_WORLD_SIZE", "", "worker",
+       "set by psrun for workers, as torchrun does: PSRT_LOCAL_SIZE"},
       {"PSRT_TRANSPORT", "tcp", "all", "ucx | tcp"},
       {"PSRT_SECRET", "", "all",
        "per-job secret for HMAC-SHA256 authentication (at least 32 characters)"},
@@ -49,21 +55,33 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_MODE", "sync", "server", "sync | async | ssp"},
       {"PSRT_STALENESS", "0", "server", "ssp: max rounds a worker may run ahead of the slowest"},
       {"PSRT_AGGREGATE", "mean", "server", "mean | sum of the gradients of a round"},
-      {"PSRT_LR", "0.01", "server", "SGD learning rate (until a worker calls set_optimizer)"},
+      {"PSRT_OPTIMIZER", "sgd", "server",
+       "sgd | adam | adamw: the servers' optimizer (until a worker calls set_optimizer)"},
+      {"PSRT_LR", "0.01", "server", "learning rate (until a worker calls set_optimizer)"},
       {"PSRT_MOMENTUM", "0", "server", "SGD momentum"},
       {"PSRT_DAMPENING", "0", "server", "SGD dampening"},
-      {"PSRT_WEIGHT_DECAY", "0", "server", "SGD weight decay"},
+      {"PSRT_WEIGHT_DECAY", "0", "server",
+       "weight decay: L2 for sgd and adam, decoupled for adamw"},
+      {"PSRT_BETAS", "0.9,0.999", "server", "Adam/AdamW betas B1,B2"},
+      {"PSRT_EPS", "1e-08", "server", "Adam/AdamW eps"},
       {"PSRT_NESTEROV", "0", "server", "1 = Nesterov momentum"},
-      {"PSRT_MAX_GRAD_NORM", "0", "server",
-       "> 0: clip each update's gradient to this L2 norm (per slice, not the whole model)"},
+      {"PSRT_MAX_GRAD_NORM", "0", "server, worker",
+       "> 0: clip each update's gradient to this L2 norm (servers: per slice, not the whole "
+       "model; psrt.torch: torch's norm over the whole model, in sum mode)"},
       {"PSRT_SKIP_NONFINITE", "0", "server",
        "1 = skip an update whose gradient holds a NaN/Inf (weights and momentum unchanged)"},
       {"PSRT_PARTITION_BYTES", "4194304", "scheduler, server", "max bytes of one slice"},
+      {"PSRT_SHARDING", "balanced", "scheduler, server",
+       "balanced: every tensor above 64 KiB cut evenly over all servers | fixed: slices of "
+       "PSRT_PARTITION_BYTES (psrun --sharding; without it fixed when --partition-bytes is given)"},
       {"PSRT_CHECKPOINT_DIR", "", "scheduler, server", "checkpoint directory (empty = none)"},
       {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
       {"PSRT_REPLICAS", "1", "scheduler, server",
        "1 | 2: every slice also on a backup server (psrun --replicas)"},
+      {"PSRT_BACKUP_WORKERS", "0", "server, psrun",
+       "sync: a round runs once all but this many workers' gradients arrived; late ones are "
+       "dropped (psrun --backup-workers, docs/elastic.md)"},
       {"PSRT_SERVER_DEVICE", "cpu", "server",
        "cpu | cuda | cuda:N: where slices live and updates run"},
       {"PSRT_BIND", "", "psrun",
@@ -80,6 +98,14 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SERVER_TRACE", "", "server",
        "file: one JSON line per applied update (+ grad_norm, clip_coef, skipped when the guard "
        "or clipping is on; into_spare when it did not wait for replies still sending)"},
+      {"PSRT_METRICS", "0", "server, worker",
+       "set by psrun --metrics-port: 1 = report live metrics to the scheduler every heartbeat"},
+      {"PSRT_METRICS_PORT", "", "psrun, scheduler",
+       "port of the job's Prometheus endpoint on the scheduler's host (psrun --metrics-port; "
+       "the engine-started forms read it on the rank that hosts the scheduler)"},
+      {"PSRT_TIMELINE", "0", "server, worker",
+       "set by psrun --timeline: 1 = record every send, reply, wait, receive, update and pull "
+       "reply per key and slice, sent to the scheduler at the end"},
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
       {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},
@@ -97,10 +123,12 @@ const std::vector<EnvVar>& env_contract() {
        "to the job's processes + 16)"},
       {"PSRT_MAX_UNAUTHENTICATED_PER_HOST", "128", "scheduler, server",
        "the same per remote IP address (raised to the job's processes + 16)"},
-      {"PSRT_MAX_KEYS_PER_WORKER", "65536", "scheduler",
-       "new keys one worker may place (LOCATE with a size); beyond, LOCATE fails naming this"},
-      {"PSRT_MAX_SLICES_PER_WORKER", "1048576", "scheduler",
-       "slices of the new keys one worker may place; beyond, LOCATE fails naming this"},
+      {"PSRT_MAX_KEYS_PER_WORKER", "65536", "scheduler, server",
+       "new keys one worker may place (LOCATE with a size) and store on one server (INIT); "
+       "beyond, LOCATE or INIT fails naming this"},
+      {"PSRT_MAX_SLICES_PER_WORKER", "1048576", "scheduler, server",
+       "slices of the new keys one worker may place, and store on one server; beyond, LOCATE or "
+       "INIT fails naming this"},
       {"PSRT_MAX_CONTROL_PER_SEC", "100000", "scheduler",
        "control messages per second one peer may send the scheduler (burst: one second's "
        "worth); beyond, it is disconnected naming this"},
@@ -136,14 +164,17 @@ Error malformed(const char* name, const std::string& value, const char* want) {
 
 }  // namespace
 
-std::string env_string(const char* name) {
+std::string env_string(const char* name, const JobEnv& job) {
   const EnvVar& v = declared(name);
+  // The last setting wins, as in the environment a launcher builds from `job`.
+  for (const auto& [key, value] : std::views::reverse(job))
+    if (key == name) return value.empty() ? v.fallback : value;
   if (const char* s = std::getenv(name); s && *s) return s;
   return v.fallback;
 }
 
-std::int64_t env_int(const char* name, std::int64_t min, std::int64_t max) {
-  std::string s = env_string(name);
+std::int64_t env_int(const char* name, std::int64_t min, std::int64_t max, const JobEnv& job) {
+  std::string s = env_string(name, job);
   if (s.empty())
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} is not set; run the program under psrun", name));
@@ -163,15 +194,22 @@ float env_float(const char* name) {
   return x;
 }
 
-bool env_bool(const char* name) {
-  std::string s = env_string(name);
+bool env_bool(const char* name, const JobEnv& job) {
+  std::string s = env_string(name, job);
   if (s == "1" || s == "true") return true;
   if (s == "0" || s == "false" || s.empty()) return false;
   throw malformed(name, s, "0 or 1");
 }
 
-std::chrono::milliseconds env_ms(const char* name) {
-  return std::chrono::milliseconds(env_int(name, 1, std::int64_t{1} << 40));
+bool balanced_cut_from_env(const JobEnv& job) {
+  const std::string s = env_string("PSRT_SHARDING", job);
+  if (s == "balanced") return true;
+  if (s == "fixed") return false;
+  throw malformed("PSRT_SHARDING", s, "balanced or fixed");
+}
+
+std::chrono::milliseconds env_ms(const char* name, const JobEnv& job) {
+  return std::chrono::milliseconds(env_int(name, 1, std::int64_t{1} << 40, job));
 }
 
 }  // namespace psrt::runtime

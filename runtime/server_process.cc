@@ -10,11 +10,14 @@
 
 #include "base/log.h"
 #include "device/cuda_device.h"
+#include "kernels/fused_adam.h"
 #include "ps/auth.h"
-#include "ps/protocol_kernels.h"
+#include "ps/metrics.h"
 #include "ps/requests.h"
+#include "ps/timeline.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
+#include "runtime/job_secret.h"
 #include "runtime/listen_address.h"
 #include "transport/factory.h"
 #include "transport/socket.h"
@@ -32,10 +35,19 @@ ps::ServerConfig server_config_from_env() {
            .nesterov = env_bool("PSRT_NESTEROV"),
            .max_grad_norm = env_float("PSRT_MAX_GRAD_NORM"),
            .skip_nonfinite = env_bool("PSRT_SKIP_NONFINITE")};
+  if (!kernels::parse_algorithm(env_string("PSRT_OPTIMIZER"), c.sgd.algorithm))
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("PSRT_OPTIMIZER='{}' is not sgd, adam or adamw", env_string("PSRT_OPTIMIZER")));
+  if (!kernels::parse_betas(env_string("PSRT_BETAS"), c.sgd))
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("PSRT_BETAS='{}' is not B1,B2 (e.g. 0.9,0.999)", env_string("PSRT_BETAS")));
+  c.sgd.eps = env_float("PSRT_EPS");
   OptimizerConfig checked;
   if (Status s = ps::decode_optimizer(ps::encode_optimizer(c.sgd), checked); !s.ok())
     throw Error(ErrorCode::kInvalidArgument,
-                "PSRT_LR/PSRT_MOMENTUM/.../PSRT_MAX_GRAD_NORM: " + s.message());
+                "PSRT_OPTIMIZER/PSRT_LR/PSRT_MOMENTUM/.../PSRT_EPS: " + s.message());
   auto agg = env_string("PSRT_AGGREGATE");
   if (agg != "mean" && agg != "sum")
     throw Error(ErrorCode::kInvalidArgument,
@@ -45,22 +57,35 @@ ps::ServerConfig server_config_from_env() {
   c.checkpoint_every = static_cast<std::uint64_t>(env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40));
   c.threads = static_cast<int>(env_int("PSRT_SERVER_THREADS", 1, 256));
   c.trace_path = env_string("PSRT_SERVER_TRACE");
+  c.max_keys_per_worker =
+      static_cast<std::size_t>(env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
+  c.max_slices_per_worker =
+      static_cast<std::size_t>(env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
+  c.backup_workers = static_cast<std::uint32_t>(env_int("PSRT_BACKUP_WORKERS", 0, 4095));
+  // The worker count is psrun's to check (workers may join later): only the mode and replicas.
+  ps::check_backup_workers(c.mode, c.backup_workers, c.backup_workers + 1,
+                           static_cast<std::uint32_t>(env_int("PSRT_REPLICAS", 1, 2)));
   try {
     c.device = device::parse_device(env_string("PSRT_SERVER_DEVICE"));
   } catch (const Error& e) {
     throw Error(ErrorCode::kInvalidArgument, std::string("PSRT_SERVER_DEVICE: ") + e.what());
   }
+  c.partition_bytes = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
+  c.balanced_cut = balanced_cut_from_env();
+  c.transport = env_string("PSRT_TRANSPORT");
+  c.num_servers = static_cast<std::uint32_t>(env_int("PSRT_NUM_SERVERS", 1, 1 << 20));
   return c;
 }
 
-ps::Admission admission_from_env(std::size_t job_processes) {
+ps::Admission admission_from_env(std::size_t job_processes, const JobEnv& job) {
   ps::Admission a;
-  a.handshake_timeout = env_ms("PSRT_HANDSHAKE_TIMEOUT_MS");
+  a.handshake_timeout = env_ms("PSRT_HANDSHAKE_TIMEOUT_MS", job);
   const std::size_t floor = job_processes + 16;
   a.max_pending = std::max<std::size_t>(
-      floor, static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED", 1, 1 << 24)));
+      floor, static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED", 1, 1 << 24, job)));
   a.max_pending_per_host = std::max<std::size_t>(
-      floor, static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED_PER_HOST", 1, 1 << 24)));
+      floor,
+      static_cast<std::size_t>(env_int("PSRT_MAX_UNAUTHENTICATED_PER_HOST", 1, 1 << 24, job)));
   return a;
 }
 
@@ -127,7 +152,16 @@ Status serve_until_stopped(std::future<Status>& ended, const sigset_t& stop_sign
     ps::Header hb;
     hb.type = ps::MsgType::kHeartbeat;
     scheduler.send(hb);
+    ps::report_metrics(scheduler, ps::Role::kServer);
   }
+}
+
+[[noreturn]] void throw_resume_without_checkpoints(std::uint64_t round) {
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("the scheduler resumes from checkpoint round {}, but this server has "
+                          "no PSRT_CHECKPOINT_DIR: give every server the job's checkpoint "
+                          "directory",
+                          round));
 }
 
 }  // namespace
@@ -138,14 +172,14 @@ int run_server_from_env() {
   const auto rank = static_cast<std::uint32_t>(env_int("PSRT_RANK", 0, 1 << 20));
   log::set_prefix(fmt::format("server {}", rank));
   auto config = server_config_from_env();
+  ps::enable_metrics(env_bool("PSRT_METRICS") || !env_string("PSRT_METRICS_PORT").empty());
+  ps::enable_timeline(env_bool("PSRT_TIMELINE"));
   const auto scheduler_addr = env_string("PSRT_SCHEDULER");
   if (scheduler_addr.empty())
     throw Error(ErrorCode::kInvalidArgument, "PSRT_SCHEDULER is not set: servers run under psrun");
-  const auto secret = job_secret_from_env();
-  const auto partition = static_cast<std::size_t>(env_int("PSRT_PARTITION_BYTES", 4, 1LL << 31));
+  const auto secret = job_secret(NoSecret::kRefuse);
+  const std::size_t partition = config.partition_bytes;
   const auto heartbeat = env_ms("PSRT_HEARTBEAT_MS");
-  config.partition_bytes = partition;
-  config.num_servers = static_cast<std::uint32_t>(env_int("PSRT_NUM_SERVERS", 1, 1 << 20));
   ps::Server server(config);
   ps::Requests requests;
   std::shared_ptr<ps::Peer> scheduler;
@@ -188,18 +222,18 @@ int run_server_from_env() {
     return 0;
   }
   const std::uint64_t round = reply->header.round;
+  ps::sync_clock(requests, *scheduler, topts.connect_timeout);  // when the timeline is on
   if (round > 0 && config.checkpoint_dir.empty()) {
     transport->shutdown();
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("the scheduler resumes from checkpoint round {}, but this server has "
-                            "no PSRT_CHECKPOINT_DIR: give every server the job's checkpoint "
-                            "directory",
-                            round));
+    throw_resume_without_checkpoints(round);
   }
   PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
                 ps::to_string(config.mode), round ? fmt::format(", resuming round {}", round) : "");
   auto result = ended.get_future();
   const Status status = serve_until_stopped(result, stop_signals, heartbeat, *scheduler);
+  // The final counts, while the scheduler's connection is still open.
+  ps::report_metrics(*scheduler, ps::Role::kServer, std::chrono::seconds(2));
+  ps::flush_timeline(*scheduler, std::chrono::seconds(5));
   server.stop();
   transport->shutdown();
   if (!status.ok()) {

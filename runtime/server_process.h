@@ -7,6 +7,7 @@
 
 #include "ps/endpoint.h"
 #include "ps/server.h"
+#include "runtime/env_contract.h"
 
 namespace psrt::runtime {
 
@@ -15,8 +16,9 @@ ps::ServerConfig server_config_from_env();
 
 // Admission limits of an accepting process (scheduler, server) from PSRT_HANDSHAKE_TIMEOUT_MS
 // and PSRT_MAX_UNAUTHENTICATED[_PER_HOST]; both caps are raised to `job_processes` + 16 so that
-// a job whose processes all connect at once from one host is never refused.
-ps::Admission admission_from_env(std::size_t job_processes);
+// a job whose processes all connect at once from one host is never refused. `job`: as for
+// env_string (runtime/env_contract.h).
+ps::Admission admission_from_env(std::size_t job_processes, const JobEnv& job = {});
 
 // Runs one server until the job ends; returns the process exit status (0 = normal end).
 int run_server_from_env();

@@ -2,9 +2,12 @@
 #include <fmt/core.h>
 
 #include "ps/auth.h"
+#include "ps/metrics.h"
+#include "ps/timeline.h"
 #include "psrt/psrt.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
+#include "runtime/job_secret.h"
 
 namespace psrt {
 
@@ -23,7 +26,7 @@ Worker Worker::from_env() {
     throw Error(ErrorCode::kInvalidArgument,
                 "PSRT_SCHEDULER is not set: start this program with psrun (psrun -n 2 -- PROGRAM)");
   o.transport = env_string("PSRT_TRANSPORT");
-  o.secret = job_secret_from_env();
+  o.secret = job_secret(NoSecret::kRefuse);
   o.rank = static_cast<int>(env_int("PSRT_RANK", -1, 1 << 20));
   o.op_timeout = env_ms("PSRT_OP_TIMEOUT_MS");
   o.connect_timeout = env_ms("PSRT_CONNECT_TIMEOUT_MS");
@@ -31,6 +34,8 @@ Worker Worker::from_env() {
   o.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   o.cuda_ipc = env_bool("PSRT_CUDA_IPC");
   o.secure = env_bool("PSRT_SECURE");
+  ps::enable_metrics(env_bool("PSRT_METRICS") || !env_string("PSRT_METRICS_PORT").empty());
+  ps::enable_timeline(env_bool("PSRT_TIMELINE"));
   return join(o);
 }
 

@@ -38,8 +38,8 @@ GRAPH = "{tools, python} → {runtime, libtorch (not python)} → ps → {transp
 
 # Files held to less than their layer: what they may include besides the public headers.
 NARROW = {
-    # The wire format: its types are the protocol's own; codecs of kernel and device types live
-    # in ps/protocol_kernels.h and ps/protocol_device.h.
+    # The wire format: its types are the protocol's own and the public ones (psrt::GradType);
+    # codecs of device types live in ps/protocol_device.h.
     "ps/protocol.h": set(),
 }
 
@@ -124,7 +124,7 @@ for src in sources:
             bad += 1
 
 if bad:
-    print(f"check_layers: {bad} include(s) against the layers (see README, Layout)")
+    print(f"check_layers: {bad} include(s) against the layers (see CONTRIBUTING.md, Layer rules)")
     sys.exit(1)
 print(f"check_layers: {len(sources)} files, every include follows {GRAPH}")
 PY

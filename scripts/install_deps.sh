@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages psrt builds and tests with, and only those that are missing.
-# Usage: scripts/install_deps.sh   (as root, or with sudo available)
+# Installs the Debian 12 packages psrt needs, and only those that are missing.
+# Usage: scripts/install_deps.sh          what building and running psrt needs: the programs
+#                                         (psrun, pstrain, pseval, psbench), the library and the
+#                                         Python module (`make demo`, `make build`)
+#        scripts/install_deps.sh --dev    that and what the checks need: the test suite and its
+#                                         launchers (Slurm, munge, OpenMPI, sshd), clang tools,
+#                                         sanitizers and fuzzing, packaging (`make test`, `make
+#                                         tidy`, `make fuzz`, `make package`, .ci/run)
+# As root, or with sudo available. To add a package, append it to the one list below it belongs to.
 set -euo pipefail
 
-packages=(
+# Building and running psrt.
+minimal_packages=(
   cmake g++ make pkg-config
   libfmt-dev libcli11-dev nlohmann-json3-dev
-  openmpi-bin slurm-wlm munge python3-yaml  # psrun --launcher mpi|slurm, deploy/ tests
-  libgtest-dev libgmock-dev
   libucx-dev ucx-utils
   libibverbs-dev libhwloc-dev  # psrun --preflight (RDMA ports), placement (hwloc)
   libssl-dev
-  clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
-  libtorch-dev zlib1g-dev dataset-fashion-mnist
-  python3-dev pybind11-dev python3-torch python3-numpy python3-pytest  # import psrt (python/)
-  python3-matplotlib
-  iproute2 openssh-server openssh-client
+  libtorch-dev zlib1g-dev dataset-fashion-mnist  # pstrain, pseval; the demo's data set
+  python3-dev pybind11-dev python3-torch python3-numpy  # import psrt (python/)
+  prometheus-cpp-dev  # psrun --metrics-port
 )
+
+# Testing, checking and packaging psrt.
+dev_packages=(
+  libgtest-dev libgmock-dev python3-pytest
+  openmpi-bin slurm-wlm munge python3-yaml  # psrun --launcher mpi|slurm, deploy/ tests
+  iproute2 openssh-server openssh-client    # tests/multihost (namespaces), psrun --hosts
+  clang libclang-rt-14-dev clang-format clang-tidy universal-ctags  # tidy, format, fuzz
+  python3-matplotlib  # perf/ plots
+  prometheus  # the metrics test scrapes a job with a real Prometheus
+  dpkg-dev help2man mmdebstrap uidmap  # make package (dpkg-shlibdeps, man pages), its clean-root test
+)
+
+case "${1:-}" in
+  "") packages=("${minimal_packages[@]}") ;;
+  --dev) packages=("${minimal_packages[@]}" "${dev_packages[@]}") ;;
+  *) echo "install_deps: unknown argument '$1' (usage: scripts/install_deps.sh [--dev])" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,21 +9,42 @@
 
 namespace psrt {
 
+// Every error code, declared once: the enum below, to_string(), the Python psrt.ErrorCode and
+// the bound ps::Header::error_code() checks a received ERROR against are generated from it.
+// X(enumerator, Python name, to_string text, meaning). The values are on the wire (an ERROR
+// carries one): a new code goes at the end, never between two.
+#define PSRT_ERROR_CODES(X)                                                                     \
+  X(kOk, OK, "ok", "success")                                                                   \
+  X(kInvalidArgument, INVALID_ARGUMENT, "invalid argument",                                     \
+    "the caller passed something unusable (bad address, size, option)")                         \
+  X(kUnsupported, UNSUPPORTED, "unsupported",                                                   \
+    "asked for a feature this build or backend lacks (e.g. device memory)")                     \
+  X(kConnectionClosed, CONNECTION_CLOSED, "connection closed",                                  \
+    "the peer closed the connection or it was closed locally")                                  \
+  X(kPeerFailed, PEER_FAILED, "peer failed",                                                    \
+    "the peer died or stopped answering (reset, keepalive, timeout)")                           \
+  X(kTimeout, TIMEOUT, "timeout", "an operation did not finish within its time limit")          \
+  X(kProtocol, PROTOCOL, "protocol error", "bytes from the network broke the wire format")      \
+  X(kSystem, SYSTEM, "system error", "an OS call failed")                                       \
+  X(kTransport, TRANSPORT, "transport error", "the transport library (UCX) reported a failure") \
+  X(kCancelled, CANCELLED, "cancelled", "shut down before it could finish")                     \
+  X(kInternal, INTERNAL, "internal error", "a bug in psrt")                                     \
+  X(kAuthentication, AUTHENTICATION, "authentication failed",                                   \
+    "the peer could not prove it belongs to the job (wrong secret)")                            \
+  X(kNotFound, NOT_FOUND, "not found", "an unknown key, rank or file")
+
 enum class ErrorCode : int {
-  kOk = 0,
-  kInvalidArgument,   // the caller passed something unusable (bad address, size, option)
-  kUnsupported,       // asked for a feature this build or backend lacks (e.g. device memory)
-  kConnectionClosed,  // the peer closed the connection or it was closed locally
-  kPeerFailed,        // the peer died or stopped answering (reset, keepalive, timeout)
-  kTimeout,           // an operation did not finish within its time limit
-  kProtocol,          // bytes from the network broke the wire format
-  kSystem,            // an OS call failed
-  kTransport,         // the transport library (UCX) reported a failure
-  kCancelled,         // shut down before it could finish
-  kInternal,
-  kAuthentication,  // the peer could not prove it belongs to the job (wrong secret)
-  kNotFound,        // an unknown key, rank or file
+#define PSRT_ERROR_CODE_ENUMERATOR(code, python_name, text, meaning) code,
+  PSRT_ERROR_CODES(PSRT_ERROR_CODE_ENUMERATOR)
+#undef PSRT_ERROR_CODE_ENUMERATOR
 };
+
+// The highest code: every value from kOk to it is an ErrorCode, and none above it.
+inline constexpr ErrorCode kLastErrorCode = static_cast<ErrorCode>(
+#define PSRT_ERROR_CODE_COUNT(code, python_name, text, meaning) +1
+    -1 PSRT_ERROR_CODES(PSRT_ERROR_CODE_COUNT)
+#undef PSRT_ERROR_CODE_COUNT
+);
 
 std::string_view to_string(ErrorCode code) noexcept;
 

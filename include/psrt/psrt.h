@@ -41,6 +41,8 @@
 
 #include "psrt/buffer.h"
 #include "psrt/error.h"
+#include "psrt/grad_type.h"
+#include "psrt/key_update.h"
 #include "psrt/optimizer.h"
 
 namespace psrt {
@@ -49,9 +51,9 @@ using Key = std::uint64_t;
 
 // The servers' optimizer, OptimizerConfig: psrt/optimizer.h.
 
-// Gradient element types. Weights are always fp32; gradients may travel as fp16 or bf16 to
-// halve the bytes pushed (the servers accumulate in fp32).
-enum class GradType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Gradient element types (GradType): psrt/grad_type.h.
+
+// What the servers do with a key's rounds (KeyUpdate): psrt/key_update.h.
 
 namespace detail {
 struct HandleState;
@@ -80,6 +82,14 @@ class Handle {
   // the servers had applied to the key (in sync, its rounds; 0 = the initial value), the lowest
   // over the key's slices. 0 for a push or an operation not complete (or failed).
   std::uint64_t version() const;
+  // Backup workers (psrun --backup-workers, docs/elastic.md), for a completed pull or
+  // push_pull: how many of this worker's pushes of the key's slices the servers dropped as late
+  // since its previous pull of them (their round had run without it; the weights received
+  // are that round's or newer), and the fewest gradients the update that made a received
+  // slice's version averaged (0 for the initial value). 0 for a push or an operation not
+  // complete.
+  std::uint64_t dropped() const;
+  std::uint32_t round_workers() const;
 
  private:
   std::shared_ptr<detail::HandleState> state_;
@@ -117,6 +127,11 @@ class Worker {
   int rank() const;
   // Live workers when this one joined (workers may join and leave later).
   int num_workers() const;
+  // True when this worker joined a job already running (after the job's first N workers met):
+  // the other workers are past their start-up, so a barrier() of the start-up would wait for
+  // them forever; pull the current weights and take part from the next round instead
+  // (docs/elastic.md).
+  bool joined() const;
   int num_servers() const;
   // The checkpoint round the job resumed from (psrun --checkpoint-dir), 0 for a fresh job.
   std::uint64_t resume_round() const;
@@ -134,6 +149,10 @@ class Worker {
   // the job wins; later ones check the size and keep the stored values). Blocking: returns once
   // the value is stored. When the job resumes from a checkpoint, the checkpoint's weights win.
   void init(Key key, std::span<const float> value);
+  // The same, choosing what the servers do with the key's rounds (psrt/key_update.h). The key's
+  // first init in the job decides; a later init with another KeyUpdate is refused
+  // (kInvalidArgument).
+  void init(Key key, std::span<const float> value, KeyUpdate update);
 
   // Sends a gradient for `key` (same length as its weights). Completes once every server has
   // received its slice; `grad` may be reused then.
@@ -182,6 +201,9 @@ class Worker {
 
   // Leaves the job: waits for this worker's outstanding operations (bounded), unregisters from
   // the scheduler and closes every connection. Idempotent; later calls on this Worker throw.
+  // A program that ends normally (return from main, exit()) without calling it still leaves:
+  // an exit handler shuts down every Worker not shut down yet. A crash or a kill does not
+  // leave: the job reports that worker lost.
   void shutdown();
 
   class Impl;

@@ -16,9 +16,31 @@ A job is started by psrun, which runs a scheduler, the servers and N copies of y
 Tensors (torch.Tensor, NumPy arrays, any buffer-protocol object) are used in place: psrt sends
 from and receives into their memory and keeps them alive until the operation is over.
 Errors raise psrt.Error, whose .code is a psrt.ErrorCode. psrt.torch holds the
-DistributedOptimizer for PyTorch models.
+DistributedOptimizer for PyTorch models; psrt.allreduce and psrt.broadcast are collectives for
+metrics (psrt/collectives.py). A script that ends without shutdown() still leaves the job: the
+process's exit does it. psrt.__version__ is the version `psrun --version` prints.
 """
 
-from psrt._core import Error, ErrorCode, Handle, Worker, key_of
+from psrt._torch_version import found_torch_version as _found_torch_version
+from psrt._version import __version__, built_torch_version as _built_torch_version
 
-__all__ = ["Error", "ErrorCode", "Handle", "Worker", "key_of"]
+
+def _check_torch():
+    """Refuses to load against a torch other than the one this psrt was built against."""
+    found = _found_torch_version()
+    if found is not None and found != _built_torch_version:
+        raise ImportError(
+            f"psrt {__version__} was built against torch {_built_torch_version}, but this "
+            f"interpreter finds torch {found}: rebuild psrt for it (pip install "
+            "--no-build-isolation --force-reinstall . in psrt's source tree, or make build), "
+            f"or use the torch {_built_torch_version} it was built with"
+        )
+
+
+_check_torch()
+
+from psrt._core import Error, ErrorCode, Handle, Worker, key_of  # noqa: E402
+from psrt.collectives import allreduce, broadcast, default_worker  # noqa: E402
+
+__all__ = ["Error", "ErrorCode", "Handle", "Worker", "key_of", "allreduce", "broadcast",
+           "default_worker", "__version__"]

@@ -1,69 +1,105 @@
 """psrt.torch: train a PyTorch model through the parameter servers.
 
-Wrap the torch.optim.SGD you built; the servers run it on the mean of the workers' gradients:
+Wrap the optimizer you built. Two modes (docs/migrating.md says which to pick):
+
+- mode="server": the servers run the optimizer (torch.optim.SGD: lr, momentum, dampening,
+  weight_decay, nesterov) on the mean of the workers' gradients; the workers only push gradients
+  and pull weights. Least work and traffic per worker; the gradients are pushed as backward
+  computes them, so what the script does to .grad after backward does not reach the servers.
+- mode="sum": the servers only average (aggregate-only keys, psrt/key_update.h); every worker
+  receives the averaged gradients into .grad and runs ITS OWN optimizer (any torch.optim one, any
+  param groups, schedulers, clipping, GradScaler) locally, as Horovod and BytePS do.
+- mode="auto" (the default): "server" when the servers can run the optimizer and no clipping is
+  asked for (max_grad_norm, psrun --max-grad-norm); "sum" otherwise. The chosen mode is opt.mode.
 
     import psrt.torch
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     opt = psrt.torch.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    sched = torch.optim.lr_scheduler.StepLR(opt.optimizer, step_size=10)   # optional
     for x, y in loader:
         opt.zero_grad()
         loss_fn(model(x), y).backward()   # gradients are pushed from here on
-        opt.step()                        # returns without waiting for the pulls
-        sched.step()                      # the next step's gradients carry the new rate
-    opt.synchronize()                     # the model holds the final weights
+        opt.step()
+
+Sum mode takes the Horovod idioms as they are:
+
+    loss.backward()
+    opt.synchronize()                                     # .grad = the averaged gradients
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # torch's norm, whole model
+    with opt.skip_synchronize():
+        opt.step()
+
+and accumulation: DistributedOptimizer(..., backward_passes_per_step=k) pushes every k-th
+backward (the sum of the k gradients), and inside `with opt.no_sync():` backward passes only
+accumulate locally (DDP's no_sync); the first backward outside pushes the accumulated sum. A
+GradScaler's unscale_ (or `.grad /= scale` by hand) after synchronize() sees the same averaged
+bits on every worker, so every worker skips the same steps.
 
 How it works (as the C++ integration, include/psrt/torch.h):
-- Every trained parameter is a key (psrt.key_of(name), FNV-1a 64 of its name). A tensor hook
-  sends each gradient as autograd produces it (one push_pull per slice) while backward goes on;
-  the reply lands in the parameter's own storage, without a copy. Every gradient is handed to
-  the transport as it arrives (the C++ integration with push_credit_bytes = 0). With
-  grad_dtype float16/bfloat16 a gradient goes as a push then a pull.
-- A forward pre-hook on every module waits for the pulls of that module's own parameters, so the
-  next forward overlaps with the pulls of later layers; nothing to add to the model. A parameter
-  no forward waited for (used outside any module) makes step() wait for every pull.
+- Every trained parameter is a key (psrt.key_of(name), FNV-1a 64 of its name; in sum mode its
+  gradients go through the key of "grad/" + name). A tensor hook sends each gradient as
+  autograd produces it (one push_pull per slice) while backward goes on. What it sends is a copy
+  made in the hook: the script may touch .grad at once after backward (clip, unscale, zero),
+  and what was pushed stays the gradient backward computed.
+- Server mode: the reply lands in the parameter's own storage. A forward pre-hook on every
+  module waits for the pulls of that module's own parameters, so the next forward overlaps with
+  the pulls of later layers; a parameter no forward waited for makes step() wait for every pull.
+  From a gradient's hook until the next forward (or synchronize()), the parameter's pulled
+  weights may land at any moment: call synchronize() before reading or saving parameters.
 - On construction rank 0's values become the job's initial weights (a resumed job keeps its
   checkpoint's) and every worker pulls them: all workers start equal.
 - Parameters that do not require a gradient (frozen) are broadcast from rank 0 once and never
   pushed. Tied parameters (one tensor under two names) are one key: named_parameters() lists
-  them once. Several backward passes before one step() (gradient accumulation) are refused.
+  them once.
 - A trained parameter that backward did not reach in a step gets a zero gradient (every key
-  takes part in every round): momentum and weight decay still move it, where torch.optim.SGD
-  would skip it.
+  takes part in every round). Server mode: momentum and weight decay still move it, where
+  torch.optim.SGD would skip it.
 - BatchNorm running statistics are buffers, not parameters: they stay local to each worker
   (every worker holds the same weights and draws an i.i.d. shard, so each estimates the same
   statistics); evaluate or save rank 0's.
-- The servers run torch.optim.SGD (lr, momentum, dampening, weight_decay, nesterov) with one
-  set of hyper-parameters: other optimizers, several param groups that differ, and
-  maximize=True are refused. The learning rate of param_groups[0] when a gradient is pushed is
-  the rate of its round, so torch.optim.lr_scheduler schedulers work per step.
+- Server mode runs torch.optim.SGD (lr, momentum, dampening, weight_decay, nesterov), Adam or
+  AdamW (lr, betas, eps, weight_decay; docs/optimizers.md) on the servers with one set of
+  hyper-parameters: several param groups that differ, maximize=True and amsgrad=True are
+  refused there (sum mode runs any optimizer). The learning rate of param_groups[0] when a
+  gradient is pushed is the rate of its round, so torch.optim.lr_scheduler schedulers work per
+  step.
 - From a gradient's hook until the next forward (or synchronize()), the parameter's pulled
   weights may land at any moment: call synchronize() before reading or saving parameters.
+- Sum mode needs psrun --mode sync and cpu servers (--server-device cpu).
 """
+
+import contextlib
+import os
 
 import torch
 
 import psrt
 
-__all__ = ["DistributedOptimizer", "SUPPORTED"]
+__all__ = ["DistributedOptimizer", "SUPPORTED", "MODES", "device"]
 
-SUPPORTED = "torch.optim.SGD (lr, momentum, dampening, weight_decay, nesterov)"
+MODES = ("auto", "server", "sum")
+
+SUPPORTED = ("torch.optim.SGD (lr, momentum, dampening, weight_decay, nesterov), "
+             "torch.optim.Adam and torch.optim.AdamW (lr, betas, eps, weight_decay)")
 _SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+_ADAM_KEYS = ("lr", "betas", "eps", "weight_decay")
 
 
 class _Slot:
-    __slots__ = ("name", "key", "param", "data", "trained", "reached", "gated", "pull", "zeros")
+    __slots__ = ("name", "key", "grad_key", "param", "data", "trained", "passes", "pushed",
+                 "gated", "pull", "avg")
 
     def __init__(self, name, param):
         self.name = name
         self.key = psrt.key_of(name)
+        self.grad_key = psrt.key_of("grad/" + name)  # sum mode: the averaged gradients
         self.param = param
         self.data = param.detach()  # the parameter's own storage, where pulls land
         self.trained = param.requires_grad
-        self.reached = False
+        self.passes = 0  # backward passes accumulated locally since the last push
+        self.pushed = False  # this step's gradient was pushed
         self.gated = False
-        self.pull = None  # Handle of the outstanding pull into `data`
-        self.zeros = None
+        self.pull = None  # Handle of the outstanding push_pull (or pull)
+        self.avg = None  # sum mode: where the averaged gradient lands
 
 
 def _error(code, message):
@@ -73,24 +109,38 @@ def _error(code, message):
 
 
 def _check_optimizer(optimizer):
-    if type(optimizer) is not torch.optim.SGD:
+    """The servers' optimizer for `optimizer`: set_optimizer's keyword arguments."""
+    kind = type(optimizer)
+    adam = kind in (torch.optim.Adam, torch.optim.AdamW)
+    if kind is not torch.optim.SGD and not adam:
         raise TypeError(
             f"psrt.torch.DistributedOptimizer: the servers run {SUPPORTED}; "
-            f"{type(optimizer).__module__}.{type(optimizer).__qualname__} cannot run there. "
-            "Build a torch.optim.SGD, or train without psrt")
+            f"{kind.__module__}.{kind.__qualname__} cannot run there. "
+            "Build one of those, or train without psrt")
+    name = kind.__name__
+    keys = _ADAM_KEYS if adam else _SGD_KEYS
     groups = optimizer.param_groups
-    first = {k: groups[0][k] for k in _SGD_KEYS}
+    first = {k: groups[0][k] for k in keys}
     for i, g in enumerate(groups[1:], 1):
-        other = {k: g[k] for k in _SGD_KEYS}
+        other = {k: g[k] for k in keys}
         if other != first:
             raise ValueError(
                 "psrt.torch.DistributedOptimizer: param group 0 has " + repr(first) +
                 f" but group {i} has " + repr(other) +
-                "; the servers run one set of SGD hyper-parameters for every parameter")
+                f"; the servers run one set of {name} hyper-parameters for every parameter")
     if groups[0].get("maximize", False):
-        raise ValueError("psrt.torch.DistributedOptimizer: SGD(maximize=True) is not supported "
-                         f"by the servers; they run {SUPPORTED}")
-    return first
+        raise ValueError(f"psrt.torch.DistributedOptimizer: {name}(maximize=True) is not "
+                         f"supported by the servers; they run {SUPPORTED}")
+    if adam and groups[0].get("amsgrad", False):
+        raise ValueError(f"psrt.torch.DistributedOptimizer: {name}(amsgrad=True) is not "
+                         "supported by the servers: build it with amsgrad=False")
+    if adam:
+        b1, b2 = first["betas"]
+        return dict(optimizer=name.lower(), lr=float(first["lr"]), betas=(float(b1), float(b2)),
+                    eps=float(first["eps"]), weight_decay=float(first["weight_decay"]))
+    return dict(lr=float(first["lr"]), momentum=float(first["momentum"]),
+                dampening=float(first["dampening"]),
+                weight_decay=float(first["weight_decay"]), nesterov=bool(first["nesterov"]))
 
 
 def _named(optimizer, named_parameters):
@@ -116,29 +166,90 @@ def _named(optimizer, named_parameters):
     return [(names[id(p)], p) for p in order if id(p) in wanted]
 
 
+def _env_max_grad_norm():
+    """psrun --max-grad-norm, as the job's environment says it (0: none)."""
+    v = os.environ.get("PSRT_MAX_GRAD_NORM", "0") or "0"
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError(f"PSRT_MAX_GRAD_NORM={v!r} is not a number") from None
+    if not (x >= 0.0 and x != float("inf")):
+        raise ValueError(f"PSRT_MAX_GRAD_NORM={v!r}: a finite number >= 0")
+    return x
+
+
+def device():
+    """This worker's torch.device: cuda:<PSRT_GPU> (the GPU psrun placed the rank near, counting
+    only the node's workers), else cuda:<PSRT_LOCAL_RANK mod the visible GPUs> when CUDA is
+    available, else cpu. Never silently cuda:0 for every rank."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    gpu = os.environ.get("PSRT_GPU", "")
+    if gpu:
+        i = int(gpu)
+        if not 0 <= i < count:
+            raise psrt.Error(f"PSRT_GPU={gpu}, but this process sees {count} GPU(s) "
+                             "(CUDA_VISIBLE_DEVICES?)")
+        return torch.device("cuda", i)
+    local = os.environ.get("PSRT_LOCAL_RANK", "")
+    if local:
+        return torch.device("cuda", int(local) % count)
+    return torch.device("cuda", 0)
+
+
 class DistributedOptimizer:
-    """Runs `optimizer` (a torch.optim.SGD) on the job's parameter servers.
+    """Trains with `optimizer` through the job's parameter servers (see the module's help).
 
     named_parameters: model.named_parameters() (the keys are the names; without it the
     parameters are named by their position in the optimizer). worker: a psrt.Worker (default
-    psrt.Worker.from_env(), shut down by close()). grad_dtype: torch.float32, or torch.float16 /
-    torch.bfloat16 to halve the bytes pushed (the servers accumulate in fp32).
+    psrt.default_worker(), shut down by close(); a script that just ends leaves the job too).
+    grad_dtype: torch.float32, or torch.float16 / torch.bfloat16 to halve the bytes pushed (the
+    servers accumulate in fp32). mode: "auto", "server" or "sum" (module help).
+    backward_passes_per_step: backward passes accumulated locally per push (Horovod's).
+    max_grad_norm: clip the averaged gradients to this norm with
+    torch.nn.utils.clip_grad_norm_ over every trained parameter before each step (sum mode;
+    default: psrun's --max-grad-norm).
 
-    Blocking: the constructor (joins, broadcasts rank 0's parameters), synchronize(), and step()
-    when the last forward did not wait for every parameter. Errors raise psrt.Error from
-    step(), synchronize(), backward() or the forward that waits.
+    Blocking: the constructor (joins, broadcasts rank 0's parameters), synchronize(), step()
+    (sum mode: waits for the averaged gradients; server mode: when the last forward did not
+    wait for every parameter). Errors raise psrt.Error from step(), synchronize(), backward()
+    or the forward that waits.
     """
 
     def __init__(self, optimizer, named_parameters=None, worker=None,
-                 grad_dtype=torch.float32):
-        sgd = _check_optimizer(optimizer)
+                 grad_dtype=torch.float32, mode="auto", backward_passes_per_step=1,
+                 max_grad_norm=None):
+        if mode not in MODES:
+            raise ValueError(f"psrt.torch.DistributedOptimizer(mode={mode!r}): use one of {MODES}")
         if grad_dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"grad_dtype {grad_dtype}: use torch.float32, torch.float16 or "
                              "torch.bfloat16")
+        if not (isinstance(backward_passes_per_step, int) and backward_passes_per_step >= 1):
+            raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r}: an int >= 1")
+        if max_grad_norm is None:
+            max_grad_norm = _env_max_grad_norm()
+        elif not (float(max_grad_norm) >= 0.0 and float(max_grad_norm) != float("inf")):
+            raise ValueError(f"max_grad_norm={max_grad_norm!r}: a finite number >= 0")
+        self.max_grad_norm = float(max_grad_norm)
+        sgd = None
+        if mode == "server" and self.max_grad_norm > 0:
+            raise ValueError(
+                f"psrt.torch.DistributedOptimizer: max_grad_norm {self.max_grad_norm} (or psrun "
+                "--max-grad-norm) clips with torch's norm over the whole model, which needs the "
+                "averaged gradients on the worker: use mode='sum' (or 'auto')")
+        if mode != "sum" and self.max_grad_norm == 0:
+            try:
+                sgd = _check_optimizer(optimizer)
+            except (TypeError, ValueError):
+                if mode == "server":
+                    raise
+        self.mode = "server" if sgd is not None else "sum"
         self.optimizer = optimizer
         self._grad_dtype = grad_dtype
+        self._passes_per_step = backward_passes_per_step
         self._owns_worker = worker is None
-        self.worker = psrt.Worker.from_env() if worker is None else worker
+        self.worker = psrt.default_worker() if worker is None else worker
         self._slots = []
         keys = {}
         for name, p in _named(optimizer, named_parameters):
@@ -152,13 +263,22 @@ class DistributedOptimizer:
         if not any(s.trained for s in self._slots):
             raise ValueError("psrt.torch.DistributedOptimizer: no parameter requires a gradient")
         self._slot_of = {id(s.param): s for s in self._slots}
-        self._lr = float(sgd["lr"])  # the rate the worker stamps on its pushes now
         self._steps = 0
-        self._join(sgd)
+        self._no_sync = False
+        self._skip_sync = False
+        self._synced = False  # sum mode: .grad holds this step's averaged gradients
+        if self.mode == "server":
+            self._lr = float(sgd["lr"])  # the rate the worker stamps on its pushes now
+            self._join(sgd)
+        else:
+            self._join_sum()
         self._hooks = [s.param.register_hook(self._make_hook(s))
                        for s in self._slots if s.trained]
-        self._pre_hook = torch.nn.modules.module.register_module_forward_pre_hook(
-            self._pre_forward)
+        self._pre_hook = None
+        if self.mode == "server":
+            self._pre_hook = torch.nn.modules.module.register_module_forward_pre_hook(
+                self._pre_forward)
+        self._open = True
 
     # --- construction ---
 
@@ -173,19 +293,35 @@ class DistributedOptimizer:
         if not p.is_contiguous():
             raise ValueError(f"parameter '{name}' is not contiguous")
 
-    def _join(self, sgd):
+    def _broadcast_initial(self):
+        """Rank 0's values become every worker's (a resumed job: the checkpoint's)."""
         w = self.worker
-        w.set_optimizer(lr=float(sgd["lr"]), momentum=float(sgd["momentum"]),
-                        dampening=float(sgd["dampening"]),
-                        weight_decay=float(sgd["weight_decay"]), nesterov=bool(sgd["nesterov"]))
-        if w.rank == 0:
+        # A worker that joined a running job finds the weights stored and the others training:
+        # no barrier (it would wait for them forever); its pulls take the current round's.
+        if w.rank == 0 and not w.joined:
             for s in self._slots:
                 w.init(s.key, s.data if s.data.device.type == "cpu" else s.data.cpu())
-        w.barrier()
+        if not w.joined:
+            w.barrier()
         pulls = [w.pull(s.key, s.data) for s in self._slots]
         for h in pulls:
             h.wait()
+
+    def _join(self, sgd):
+        w = self.worker
+        w.set_optimizer(**sgd)
+        self._broadcast_initial()
         w.set_learning_rate(0.0)  # the configured rate, until param_groups' lr changes
+
+    def _join_sum(self):
+        self._broadcast_initial()
+        for s in self._slots:
+            if s.trained:
+                s.avg = torch.zeros_like(s.data)
+                # Every worker inits (the first stores it); each init returns once stored, so
+                # this worker's first push finds the key.
+                host = s.avg if s.avg.device.type == "cpu" else s.avg.cpu()
+                self.worker.init(s.grad_key, host, update="mean")
 
     # --- hooks ---
 
@@ -195,24 +331,53 @@ class DistributedOptimizer:
         return hook
 
     def _on_grad(self, s, grad):
-        if s.reached:
+        if s.pushed:
             raise _error(
                 psrt.ErrorCode.INVALID_ARGUMENT,
-                f"parameter '{s.name}' received a second gradient before step(): call step() "
-                "after every backward (accumulating several backward passes into one step is "
-                "not supported)")
-        s.reached = True
-        g = grad.detach()
-        if g.dtype != self._grad_dtype:
-            g = g.to(self._grad_dtype)
-        if not g.is_contiguous():
-            g = g.contiguous()
+                f"parameter '{s.name}' received a gradient after this step's was pushed: call "
+                "step() after the step's last backward (to accumulate several backward passes "
+                "into one step, pass backward_passes_per_step or use `with opt.no_sync():`)")
+        s.passes += 1
+        self._synced = False
+        if self._no_sync or s.passes < self._passes_per_step:
+            return  # accumulates locally: autograd adds it into .grad
+        # The gradient of this step: this pass's plus what earlier passes left in .grad (the hook
+        # runs before autograd accumulates). Always a new tensor: the script may change .grad
+        # at once, and the push reads this copy until it is sent.
+        # (.grad left from before without zero_grad() counts, as torch.optim would see it.)
+        prev = s.param.grad
+        if prev is None:
+            g = grad.detach().to(self._grad_dtype, copy=True,
+                                 memory_format=torch.contiguous_format)
+        else:
+            g = (prev.detach() + grad.detach()).to(self._grad_dtype).contiguous()
+        self._push(s, g)
+
+    def _push(self, s, g):
+        s.pushed = True
+        s.passes = 0
+        if self.mode == "sum":
+            s.pull = self.worker.push_pull(s.grad_key, g, s.avg)
+            return
         self._stamp_lr()
         if self._grad_dtype == torch.float32:
             s.pull = self.worker.push_pull(s.key, g, s.data)
         else:
             self.worker.push(s.key, g)
             s.pull = self.worker.pull(s.key, s.data)
+
+    def _push_remaining(self):
+        """Every trained parameter takes part in every round: what is accumulated in .grad, or a
+        zero gradient for one backward did not reach."""
+        for s in self._slots:
+            if s.trained and not s.pushed:
+                prev = s.param.grad
+                if s.passes > 0 and prev is not None:
+                    g = prev.detach().to(self._grad_dtype, copy=True,
+                                         memory_format=torch.contiguous_format)
+                else:
+                    g = torch.zeros_like(s.data, dtype=self._grad_dtype)
+                self._push(s, g)
 
     def _stamp_lr(self):
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -238,8 +403,12 @@ class DistributedOptimizer:
     def param_groups(self):
         return self.optimizer.param_groups
 
+    @property
+    def state(self):
+        return self.optimizer.state
+
     def zero_grad(self, set_to_none=True):
-        """Drops the local .grad tensors (what was pushed is held by the pushes themselves)."""
+        """Clears the local .grad tensors (what was pushed is a copy, held by the pushes)."""
         for s in self._slots:
             if s.param.grad is not None:
                 if set_to_none:
@@ -247,19 +416,71 @@ class DistributedOptimizer:
                 else:
                     s.param.grad.detach_().zero_()
 
+    def synchronize(self):
+        """Server mode: waits for every outstanding pull (the model then holds the servers'
+        weights). Sum mode: pushes what is not pushed yet and waits for the averaged
+        gradients, which then are every trained parameter's .grad (the same bits on every
+        worker), ready to clip, unscale or inspect before step()."""
+        if self.mode == "sum":
+            if self._synced:
+                return
+            self._push_remaining()
+        for s in self._slots:
+            if s.pull is not None:
+                h, s.pull = s.pull, None
+                h.wait()
+        if self.mode == "sum":
+            for s in self._slots:
+                if s.trained:
+                    s.pushed = False
+                    if s.param.grad is None:
+                        s.param.grad = s.avg.clone()
+                    else:
+                        s.param.grad.detach().copy_(s.avg)
+            self._synced = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Horovod's: step() inside does not synchronize (call synchronize() first, then touch
+        the averaged gradients). Sum mode only: in server mode the servers updated the weights
+        with the gradients as backward computed them, so an edit after synchronize() would be
+        lost; that is refused."""
+        if self.mode != "sum":
+            raise _error(psrt.ErrorCode.INVALID_ARGUMENT,
+                         "skip_synchronize(): the servers run the optimizer (mode 'server'), so "
+                         "gradients edited after synchronize() never reach the update: construct "
+                         "the DistributedOptimizer with mode='sum'")
+        self._skip_sync = True
+        try:
+            yield
+        finally:
+            self._skip_sync = False
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DDP's: backward passes inside only accumulate into .grad locally; the first backward
+        outside (or step()) pushes the accumulated sum."""
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
+
     def step(self, closure=None):
-        """Ends the step: pushes a zero gradient for every trained parameter backward did not
-        reach (every key takes part in every round), then returns; the pulls complete in the
-        background. Waits for every pull when the last forward did not wait for every one."""
+        """Ends the step. Sum mode: synchronize() unless done (inside skip_synchronize() it must
+        have been), clip to max_grad_norm when set, then the local optimizer's step(closure).
+        Server mode: pushes what was not pushed (every key takes part in every round) and
+        returns; the pulls complete in the background (it waits for every one when the last
+        forward did not wait for every one)."""
+        if self.mode == "sum":
+            return self._step_sum(closure)
         if closure is not None:
-            raise ValueError("DistributedOptimizer.step(closure): closures are not supported")
+            raise ValueError("DistributedOptimizer.step(closure): closures need mode='sum'")
+        self._push_remaining()
         gated = True
         for s in self._slots:
-            if s.trained and not s.reached:
-                if s.zeros is None:
-                    s.zeros = torch.zeros_like(s.data, dtype=self._grad_dtype)
-                self._on_grad(s, s.zeros)
-            s.reached = False
+            s.pushed = False
+            s.passes = 0
             gated = gated and (s.gated or not s.trained)
             s.gated = False
         self._steps += 1
@@ -269,13 +490,22 @@ class DistributedOptimizer:
             self.optimizer._step_count += 1
         if not gated:
             self.synchronize()
+        return None
 
-    def synchronize(self):
-        """Waits for every outstanding pull: the model then holds the servers' weights."""
-        for s in self._slots:
-            if s.pull is not None:
-                h, s.pull = s.pull, None
-                h.wait()
+    def _step_sum(self, closure):
+        if not self._synced:
+            if self._skip_sync and any(s.pushed for s in self._slots):
+                raise _error(psrt.ErrorCode.INVALID_ARGUMENT,
+                             "step() inside skip_synchronize() before synchronize(): .grad "
+                             "still holds this worker's own gradients; call opt.synchronize() "
+                             "first")
+            self.synchronize()
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_([s.param for s in self._slots if s.trained],
+                                           self.max_grad_norm)
+        self._synced = False
+        self._steps += 1
+        return self.optimizer.step(closure)
 
     @property
     def steps(self):
@@ -286,22 +516,37 @@ class DistributedOptimizer:
         return [s.name for s in self._slots]
 
     def state_dict(self):
+        if self.mode == "sum":
+            return self.optimizer.state_dict()
         raise NotImplementedError(
             "the optimizer state (momentum) lives on the servers: checkpoint the job with psrun "
             "--checkpoint-dir")
 
+    def load_state_dict(self, state_dict):
+        if self.mode == "sum":
+            return self.optimizer.load_state_dict(state_dict)
+        raise NotImplementedError(
+            "the optimizer state (momentum) lives on the servers: resume the job from psrun "
+            "--checkpoint-dir")
+
     def close(self):
         """Removes the hooks, waits for every outstanding operation and, when the optimizer
-        made its worker, shuts it down. Idempotent."""
-        if self._pre_hook is None:
+        made its worker, shuts it down. Idempotent. Not needed at the end of a script: a
+        process that ends normally leaves the job."""
+        if not self._open:
             return
-        self._pre_hook.remove()
-        self._pre_hook = None
+        self._open = False
+        if self._pre_hook is not None:
+            self._pre_hook.remove()
+            self._pre_hook = None
         for h in self._hooks:
             h.remove()
         self._hooks = []
         try:
-            self.synchronize()
+            for s in self._slots:
+                if s.pull is not None:
+                    h, s.pull = s.pull, None
+                    h.wait()
         finally:
             if self._owns_worker:
                 self.worker.shutdown()

@@ -173,6 +173,22 @@ std::optional<std::string> exec_failure(int status_fd, pid_t pid, const std::str
   }
 }
 
+// Writes `data` into the child's stdin pipe, then makes the pipe non-blocking.
+void write_stdin(int fd, const std::string& data) {
+  // Fits the empty pipe (64 KiB) whole: the write cannot block.
+  const char* p = data.data();
+  std::size_t left = data.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;  // the child already exited: its exit is reported as usual
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
 }  // namespace
 
 SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
@@ -238,20 +254,7 @@ SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
     ::fcntl(fd->get(), F_SETFL, flags | O_NONBLOCK);
   }
   null_fd.reset();
-  if (in_write.valid()) {
-    // Fits the empty pipe (64 KiB) whole: the write cannot block.
-    const char* p = spec.stdin_data.data();
-    std::size_t left = spec.stdin_data.size();
-    while (left > 0) {
-      const ssize_t w = ::write(in_write.get(), p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;  // the child already exited: its exit is reported as usual
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
-    const int flags = ::fcntl(in_write.get(), F_GETFL);
-    ::fcntl(in_write.get(), F_SETFL, flags | O_NONBLOCK);
-  }
+  if (in_write.valid()) write_stdin(in_write.get(), spec.stdin_data);
   outcome.child.pid = pid;
   outcome.child.stdin_write = std::move(in_write);
   outcome.child.stdout_read = std::move(out_read);

@@ -28,7 +28,9 @@ Layout layout_of(const JobSpec& job) {
   l.workers = job.workers.size();
   l.self = job.services[0].argv[0];
   l.command = job.workers[0].argv;
-  for (const auto& kv : job.workers[0].env)
+  // A server's environment is the job's plus its role and rank; a worker's also holds its own
+  // RANK, LOCAL_RANK, ..., which each process derives from the engine instead (engine_env.h).
+  for (const auto& kv : job.services[0].env)
     if (kv.first != "PSRT_ROLE" && kv.first != "PSRT_RANK") l.env.push_back(kv);
   return l;
 }

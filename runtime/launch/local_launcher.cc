@@ -235,8 +235,16 @@ class JobRun {
   }
 
   void on_exit(const Child& child) {
-    if (phase_ == Phase::kStopping || phase_ == Phase::kKilling) return;
     const ExitStatus& status = *child.exit;
+    if (phase_ == Phase::kStopping || phase_ == Phase::kKilling) {
+      // Killed by a signal psrun did not send: it died of its own cause, which may be what
+      // stopped the job. Its peers can see it go (its connections close as it dies) and fail
+      // before psrun sees it exit, and the first exit psrun saw is then one of theirs: say it.
+      if (status.signaled && status.code != sent_signal_)
+        report("psrun: " + child.who() + " " + detail::describe(status) +
+               " (seen while stopping the job)");
+      return;
+    }
     if (child.worker) {
       if (!status.success() && !child.spec->may_fail) return fail_because(child);
       if (!status.success()) {
@@ -326,12 +334,14 @@ class JobRun {
   }
 
   void stop(int sig) {
+    sent_signal_ = sig;
     signal_all(sig);
     phase_ = Phase::kStopping;
     deadline_ = Clock::now() + job_.kill_grace;
   }
 
   void kill_all() {
+    sent_signal_ = SIGKILL;
     signal_all(SIGKILL);
     phase_ = Phase::kKilling;
     deadline_ = Clock::now() + kKillWait;
@@ -420,6 +430,7 @@ class JobRun {
   int result_ = 0;
   bool finished_ = false;
   bool stopping_notified_ = false;
+  int sent_signal_ = 0;  // the last signal stop() or kill_all() sent every process
 };
 
 }  // namespace

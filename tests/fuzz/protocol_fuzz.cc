@@ -19,16 +19,18 @@
 #include "tests/fuzz/protocol_fuzz.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "ps/metrics.h"
 #include "ps/protocol.h"
 #include "ps/protocol_device.h"
-#include "ps/protocol_kernels.h"
 #include "ps/replica_protocol.h"
+#include "ps/timeline.h"
 
 namespace psrt::ps::fuzz {
 namespace {
@@ -46,7 +48,7 @@ bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
 
 void check_data_header(const Header& h, std::size_t payload_size) {
   require(h.dtype != WireType::kBytes, "a data message with a byte dtype");
-  (void)to_dtype(h.dtype);  // throws (an uncaught exception: a crash) for a byte dtype
+  (void)to_grad_type(h.dtype);  // throws (an uncaught exception: a crash) for a byte dtype
   if (h.type != MsgType::kPullReply) {
     require(h.count >= 1, "a data slice of 0 elements");
     require(h.offset < h.total && h.count <= h.total - h.offset, "a slice outside its tensor");
@@ -97,6 +99,10 @@ Outcome check_optimizer(std::span<const std::byte> payload) {
           "an optimizer value out of range");
   require(!c.nesterov || (c.momentum > 0.f && c.dampening == 0.f),
           "Nesterov without momentum or with dampening");
+  require(c.algorithm == OptimizerAlgorithm::kSgd ||
+              (c.beta1 >= 0.f && c.beta1 < 1.f && c.beta2 >= 0.f && c.beta2 < 1.f && c.eps > 0.f &&
+               c.eps <= 3.4e38f && c.momentum == 0.f && c.dampening == 0.f && !c.nesterov),
+          "Adam with betas or eps out of range, or with SGD's fields");
   require(same_bytes(encode_optimizer(c), payload), "an optimizer record that does not re-encode");
   return Outcome::kStructuredAccepted;
 }
@@ -119,6 +125,27 @@ Outcome check_counts(const Header& h, std::span<const std::byte> payload) {
   if (!decode_counts(payload, counts).ok()) return Outcome::kStructuredRejected;
   require(counts.size() == h.count, "replica counters of another length than their count");
   require(same_bytes(encode_counts(counts), payload), "replica counters that do not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+// METRICS and TIMELINE: a process's report to the scheduler, as the scheduler reads it.
+Outcome check_metrics(const Header& h, std::span<const std::byte> payload) {
+  std::vector<MetricRecord> records;
+  if (!decode_metrics(payload, records).ok()) return Outcome::kStructuredRejected;
+  require(records.size() == h.count, "metrics records of another length than their count");
+  for (const auto& r : records)
+    require(std::isfinite(r.value) && r.value >= 0, "a metric value that is not finite and >= 0");
+  require(same_bytes(encode_metrics(records), payload), "metrics records that do not re-encode");
+  return Outcome::kStructuredAccepted;
+}
+
+Outcome check_timeline(const Header& h, std::span<const std::byte> payload) {
+  std::vector<TimelineEvent> events;
+  if (!decode_timeline(payload, events).ok()) return Outcome::kStructuredRejected;
+  require(events.size() == h.count, "timeline records of another length than their count");
+  for (const auto& e : events)
+    require(e.dur_ns >= 0 && e.kind < TimelineKind::kCount, "a timeline event out of range");
+  require(same_bytes(encode_timeline(events), payload), "timeline records that do not re-encode");
   return Outcome::kStructuredAccepted;
 }
 
@@ -195,6 +222,10 @@ Outcome run_one(std::span<const std::byte> input) {
       return Outcome::kHeaderOnly;
     case MsgType::kReplicateCommit:
       return check_counts(h, payload);
+    case MsgType::kMetrics:
+      return check_metrics(h, payload);
+    case MsgType::kTimeline:
+      return check_timeline(h, payload);
     default:
       require(payload.empty(), "a payload on a type that carries none");
   }

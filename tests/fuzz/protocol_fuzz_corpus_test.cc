@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "kernels/fused_sgd.h"
+#include "ps/metrics.h"
 #include "ps/protocol.h"
 #include "ps/protocol_device.h"
-#include "ps/protocol_kernels.h"
+#include "ps/timeline.h"
 #include "tests/fuzz/protocol_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
@@ -91,6 +92,22 @@ std::map<std::string, Seed> seeds() {
   h.arg1 = 2;
   const std::vector<std::string> two = {"10.0.0.3:9100", "[::1]:9101"};
   s["seed-register-reply"] = {message(h, encode_lines(two)), Outcome::kStructuredAccepted};
+  // A server's: its registration's credential in key and offset (issue 30).
+  Credential credential;
+  for (std::size_t i = 0; i < credential.size(); ++i)
+    credential[i] = static_cast<std::byte>(0xa0 + i);
+  h = header(MsgType::kRegisterReply, 1);
+  set_credential(h, credential);
+  s["seed-register-reply-server"] = {message(h, encode_lines(one)), Outcome::kStructuredAccepted};
+  // REPLICA_SET: lost server 0 promoted on 1, backup 2 (round) at the address, primary 2
+  // (total) with its credential (key, offset).
+  h = header(MsgType::kReplicaSet, 11);
+  h.set_lost_server(0);
+  h.set_promote_to(1);
+  h.round = 2;
+  h.total = 2;
+  set_credential(h, credential);
+  s["seed-replica-set"] = {message(h, encode_lines(one)), Outcome::kStructuredAccepted};
 
   h = header(MsgType::kLocate, 2);
   h.key = 3;
@@ -116,6 +133,13 @@ std::map<std::string, Seed> seeds() {
   c.skip_nonfinite = true;
   s["seed-set-optimizer"] = {message(header(MsgType::kSetOptimizer, 6), encode_optimizer(c)),
                              Outcome::kStructuredAccepted};
+  OptimizerConfig adamw;
+  adamw.algorithm = OptimizerAlgorithm::kAdamW;
+  adamw.lr = 1e-3f;
+  adamw.weight_decay = 0.01f;
+  s["seed-set-optimizer-adamw"] = {
+      message(header(MsgType::kSetOptimizer, 6), encode_optimizer(adamw)),
+      Outcome::kStructuredAccepted};
   s["seed-barrier"] = {message(header(MsgType::kBarrier, 8)), Outcome::kHeaderOnly};
 
   s["seed-init"] = {message(data(MsgType::kInit, WireType::kF32, 0, 4, 4), filled(16, 0x3f)),
@@ -148,6 +172,15 @@ std::map<std::string, Seed> seeds() {
   const std::vector<std::string> info = {"cuda:0", "5f2d0c4e-7a1b-4c3d-9e8f-0a1b2c3d4e5f"};
   s["seed-device-info-reply"] = {message(header(MsgType::kDeviceInfoReply, 9), encode_lines(info)),
                                  Outcome::kStructuredAccepted};
+  const std::vector<MetricRecord> metrics = {{Metric::kWorkerPushedBytes, 0, kAnyRank, 4096},
+                                             {Metric::kSyncLagSeconds, 0, 2, 0.03}};
+  h = header(MsgType::kMetrics, 0);
+  h.count = metrics.size();
+  s["seed-metrics"] = {message(h, encode_metrics(metrics)), Outcome::kStructuredAccepted};
+  const std::vector<TimelineEvent> events = {{TimelineKind::kUpdate, 1, 7, 1000, 250, 3}};
+  h = header(MsgType::kTimeline, 0);
+  h.count = events.size();
+  s["seed-timeline"] = {message(h, encode_timeline(events)), Outcome::kStructuredAccepted};
   return s;
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Installs the build tree into a scratch prefix, builds tests/install/consumer (the README's
+# Installs the build tree into a scratch prefix, builds tests/install/consumer (docs/cpp-api.md's
 # worker example) against it with find_package(psrt), and runs it under the installed psrun; with
-# LibTorch in the build, the same for tests/install/torch_consumer (the README's LibTorch example).
-# With the Python module in the build (a third argument: its interpreter), the README's Python
+# LibTorch in the build, the same for tests/install/torch_consumer (its LibTorch example).
+# With the Python module in the build (a third argument: its interpreter), docs/python-api.md's
 # example runs from the installed package.
 set -euo pipefail
 build=$1 src=$2 python=${3:-}

@@ -1,4 +1,4 @@
-"""The README's Python example, run by install_test.sh with the installed package under the
+"""docs/python-api.md's example, run by install_test.sh with the installed package under the
 installed psrun: exact sums of two workers' gradients."""
 
 import numpy as np

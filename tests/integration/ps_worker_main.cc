@@ -45,11 +45,25 @@
 //                                                  each rank writes F.ready<rank> and waits for
 //                                                  F.go (an attack runs meanwhile), then checks
 //                                                  every round exactly and that no worker left
+//   ps_worker adam --rounds R [--kill-after K]     sync, psrun's --optimizer adam|adamw (from the
+//     [--kill-server S]                            environment, as the servers read it): every
+//                                                  round's weights equal, bit for bit, the fused
+//                                                  kernel replayed here on every rank's
+//                                                  gradients; a rerun resumes (checkpoints);
+//                                                  --kill-after alone: rank 0 SIGKILLs itself
+//                                                  after K rounds of a fresh run; with
+//                                                  --kill-server: rank 0 kills server S then
 //   ps_worker hold --stop-file F [--start-file G]  sum, lr 1: rounds of 1s, each checked
 //                                                  exactly, until F exists; joins only once G
 //                                                  exists (admission tests attack meanwhile)
 //   ps_worker quota                                PSRT_MAX_KEYS_PER_WORKER=3: the 4th key
 //                                                  is refused, naming the knob
+//   ps_worker aggregate --rounds R [--sizes a,b]   3 workers, keys of KeyUpdate kMean and kSum
+//                                                  beside an optimizer key: every round's value
+//                                                  is exactly the mean / sum of its gradients;
+//                                                  an init with another KeyUpdate is refused
+//   ps_worker exit                                 one exact round, then std::exit(0) without
+//                                                  shutdown() (the Worker is never destroyed)
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,8 +79,10 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/fused_adam.h"
 #include "ps/job_checkpoint.h"
 #include "psrt/psrt.h"
+#include "runtime/server_process.h"
 #include "tests/integration/attacker.h"
 #include "tests/integration/invariant_attacks.h"
 
@@ -87,6 +103,43 @@ struct Args {
   bool push_then_pull = false;  // exact: PUSH, then PULL, instead of PUSH_PULL
   std::string attack_case;      // invariants: which one
 };
+
+[[noreturn]] void fail(const std::string& msg);
+
+// Aggregate-only keys (psrt/key_update.h): rank r pushes 3 * (r + 1) * (1 + i % 4) + t in round t,
+// so the sum and the mean over 3 workers are integers, exact in fp32.
+void aggregate(psrt::Worker& w, const Args& a) {
+  const int n = w.num_workers();
+  const std::size_t size = a.sizes.back();
+  const psrt::Key mean_key = 1001, sum_key = 1002;
+  std::vector<float> zeros(size, 0.f), grad(size), out(size);
+  w.init(mean_key, zeros, psrt::KeyUpdate::kMean);
+  w.init(sum_key, zeros, psrt::KeyUpdate::kSum);
+  try {
+    w.init(sum_key, zeros, psrt::KeyUpdate::kOptimizer);
+    fail("an init of a sum key as an optimizer key was accepted");
+  } catch (const psrt::Error& e) {
+    if (std::string(e.what()).find("but it exists as an aggregate-only key (sum)") ==
+        std::string::npos)
+      fail(std::string("refused init: ") + e.what());
+  }
+  for (int t = 0; t < a.rounds; ++t) {
+    for (const psrt::Key key : {mean_key, sum_key}) {
+      for (std::size_t i = 0; i < size; ++i)
+        grad[i] = static_cast<float>(3 * (w.rank() + 1) * (1 + static_cast<int>(i % 4)) + t);
+      w.push_pull(key, grad, out).wait();
+      for (std::size_t i = 0; i < size; ++i) {
+        float sum = 0.f;
+        for (int r = 0; r < n; ++r)
+          sum += static_cast<float>(3 * (r + 1) * (1 + static_cast<int>(i % 4)) + t);
+        const float want = key == sum_key ? sum : sum / static_cast<float>(n);
+        if (out[i] != want)
+          fail("round " + std::to_string(t) + " key " + std::to_string(key) + " element " +
+               std::to_string(i) + ": " + std::to_string(out[i]) + " != " + std::to_string(want));
+      }
+    }
+  }
+}
 
 [[noreturn]] void fail(const std::string& msg) {
   std::fprintf(stderr, "FAIL %s\n", msg.c_str());
@@ -504,17 +557,27 @@ void elastic(psrt::Worker& w, const Args& a) {
   // Rank 0 stops at the stop file and leaves; rank 1 keeps pushing until rank 0 has left (a
   // round rank 0 started may need rank 1's gradient), so that rank 1 ends as the only worker and
   // its last pull sees every round the servers applied.
+  // Both wait for the event, bounded by time: the old bound of 10'000 rounds was spent in ~3 s of
+  // rounds of ranks 0 and 1 alone, so under load a rejoin slower than that found the job over
+  // (rank 0 left without the stop file, rank 1 printed FINAL, the join failed: the flaky
+  // Job.ElasticMembershipAppliesEveryRoundOnceWithItsLiveWorkers).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto until = [&](const std::string& file) {
+    while (!std::filesystem::exists(file)) {
+      if (std::chrono::steady_clock::now() > deadline)
+        fail("rank " + std::to_string(w.rank()) + ": " + file + " did not appear within 120 s");
+      w.push_pull(0, g, out).wait();
+    }
+  };
   const std::string rank0_left = a.stop_file + ".rank0-left";
   if (w.rank() == 0) {
-    for (int t = 0; t < 10'000 && !std::filesystem::exists(a.stop_file); ++t)
-      w.push_pull(0, g, out).wait();
+    until(a.stop_file);
     w.shutdown();
     std::FILE* f = std::fopen(rank0_left.c_str(), "w");
     if (f) std::fclose(f);
     return;
   }
-  for (int t = 0; t < 20'000 && !std::filesystem::exists(rank0_left); ++t)
-    w.push_pull(0, g, out).wait();
+  until(rank0_left);
   w.pull(0, out).wait();
   std::printf("FINAL %.1f\n", static_cast<double>(out[0]));
 }
@@ -701,6 +764,97 @@ void quota(psrt::Worker& w) {
   }
 }
 
+// Rank r's gradient of element i in round t: multiples of 1/8 below 16 in magnitude, so any sum
+// of a few ranks is exact in fp32 whatever its order.
+float adam_grad(int rank, int t, std::size_t i) {
+  return static_cast<float>(((rank + 1) * (t + 1) * static_cast<int>(i % 13 + 1)) % 17 - 8) *
+         0.125f;
+}
+
+// The servers' optimizer (psrun's flags through the environment) replayed here with the fused
+// kernel over every rank's gradients: each round's pulled weights must equal it bit for bit,
+// whether the slice was resumed from a checkpoint or promoted from a replica. Under another
+// optimizer it only pushes (a job whose servers must refuse a checkpoint).
+void adam(psrt::Worker& w, const Args& a) {
+  const psrt::ps::ServerConfig cfg = psrt::runtime::server_config_from_env();
+  const bool replayed = psrt::kernels::is_adam(cfg.sgd);
+  const int n = w.num_workers();
+  const int first_round = static_cast<int>(w.resume_round());
+  struct Replay {
+    std::vector<float> w, m, v;
+  };
+  std::map<std::size_t, Replay> replay;
+  std::map<std::size_t, std::vector<float>> weights, grads;
+  for (std::size_t k = 0; k < a.sizes.size(); ++k) {
+    std::vector<float> v(a.sizes[k]);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = 0.1f * init_value(i);
+    w.init(k, v);
+    replay[k] = {v, std::vector<float>(v.size()), std::vector<float>(v.size())};
+    weights[k].resize(v.size());
+    grads[k].resize(v.size());
+  }
+  auto step = [&](int t) {
+    if (!replayed) return;
+    for (auto& [k, r] : replay) {
+      std::vector<std::vector<float>> all(static_cast<std::size_t>(n),
+                                          std::vector<float>(r.w.size()));
+      std::vector<const void*> ptrs;
+      for (int rank = 0; rank < n; ++rank) {
+        for (std::size_t i = 0; i < r.w.size(); ++i)
+          all[static_cast<std::size_t>(rank)][i] = adam_grad(rank, t, i);
+        ptrs.push_back(all[static_cast<std::size_t>(rank)].data());
+      }
+      psrt::kernels::SliceUpdate u;
+      u.weights = r.w.data();
+      u.momentum = r.m.data();
+      u.exp_avg_sq = r.v.data();
+      u.grads = ptrs.data();
+      u.num_grads = n;
+      u.count = r.w.size();
+      u.grad_scale = cfg.average ? 1.f / static_cast<float>(n) : 1.f;
+      u.step = static_cast<std::uint64_t>(t) + 1;
+      (void)psrt::kernels::fused_sgd_cpu(u, cfg.sgd);
+    }
+  };
+  auto check = [&](int round) {
+    if (!replayed) return;
+    for (auto& [k, v] : weights)
+      if (std::memcmp(v.data(), replay[k].w.data(), v.size() * sizeof(float)) != 0) {
+        std::size_t i = 0;
+        while (v[i] == replay[k].w[i])
+          ++i;
+        fail("adam: key " + std::to_string(k) + " element " + std::to_string(i) + " after round " +
+             std::to_string(round) + " is " + std::to_string(v[i]) + ", the kernel gives " +
+             std::to_string(replay[k].w[i]));
+      }
+  };
+  for (int t = 0; t < first_round; ++t)
+    step(t);
+  pid_t stopped = -1;
+  for (int t = first_round; t < a.rounds; ++t) {
+    std::vector<psrt::Handle> hs;
+    for (auto& [k, g] : grads) {
+      for (std::size_t i = 0; i < g.size(); ++i)
+        g[i] = adam_grad(w.rank(), t, i);
+      hs.push_back(w.push_pull(k, g, weights[k]));
+    }
+    if (a.kill_server >= 0 && a.kill_after == t + 1 && w.rank() == 0)
+      stopped = kill_server(a.kill_server, t, SIGKILL);
+    for (auto& h : hs)
+      h.wait();
+    step(t);
+    check(t + 1);
+    if (a.kill_server < 0 && a.kill_after == t + 1 && w.rank() == 0 && first_round == 0) {
+      std::printf("KILLING after round %d\n", t + 1);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    }
+  }
+  (void)stopped;  // SIGKILLed: nothing to wake
+  std::printf("RESUMED %d, %d rounds bit for bit\n", first_round, a.rounds - first_round);
+}
+
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.scenario == "stale" && std::string(std::getenv("PSRT_RANK")) == "0") {
@@ -759,6 +913,8 @@ int main(int argc, char** argv) {
       schedule(w, a);
     } else if (a.scenario == "elastic") {
       elastic(w, a);
+    } else if (a.scenario == "adam") {
+      adam(w, a);
     } else if (a.scenario == "guard") {
       guard(w);
     } else if (a.scenario == "clip") {
@@ -778,6 +934,13 @@ int main(int argc, char** argv) {
       hold(w, a);
     } else if (a.scenario == "quota") {
       quota(w);
+    } else if (a.scenario == "aggregate") {
+      aggregate(w, a);
+    } else if (a.scenario == "exit") {
+      exact(w, a, 0);
+      std::printf("PASS exit rank %d\n", w.rank());
+      std::fflush(stdout);
+      std::exit(0);  // no shutdown(), and w is never destroyed: the exit handler leaves
     } else {
       fail("unknown scenario " + a.scenario);
     }

@@ -1,5 +1,5 @@
 """psrt.torch.DistributedOptimizer: jobs through psrun (torch_worker.py checks values itself) and
-the optimizers it refuses."""
+the optimizers server mode refuses (mode "auto" trains them in sum mode: test_idioms.py)."""
 
 import re
 
@@ -7,7 +7,14 @@ import pytest
 import torch
 
 import psrt.torch
-from conftest import run_job
+from conftest import run_job, transports
+
+
+@pytest.mark.parametrize("transport", transports())
+def test_four_workers_two_servers_match_one_process_of_torch_adamw(transport):
+    r = run_job(f"--transport {transport} -n 4 -s 2", "torch_worker.py", "adamw")
+    assert r.rc == 0, r.out
+    assert r.count("PASS adamw") == 4, r.out
 
 
 def test_one_worker_through_the_servers_matches_torch_sgd_step_for_step():
@@ -33,22 +40,65 @@ def model():
     return torch.nn.Linear(4, 2)
 
 
-def test_an_optimizer_the_servers_cannot_run_is_refused_naming_sgd():
+def test_an_optimizer_the_servers_cannot_run_is_refused_in_server_mode_naming_sgd():
     m = model()
-    with pytest.raises(TypeError, match=r"the servers run torch\.optim\.SGD .*torch\.optim\.adam"
-                                        r"\.Adam cannot run there"):
-        psrt.torch.DistributedOptimizer(torch.optim.Adam(m.parameters()),
+    with pytest.raises(TypeError, match=r"the servers run torch\.optim\.SGD .*torch\.optim\.rmsprop"
+                                        r"\.RMSprop cannot run there"):
+        psrt.torch.DistributedOptimizer(torch.optim.RMSprop(m.parameters()), mode="server",
                                         named_parameters=m.named_parameters())
+
+
+def test_amsgrad_and_maximize_are_refused_for_adam():
+    m = model()
+    with pytest.raises(ValueError, match=r"AdamW\(amsgrad=True\) is not supported"):
+        psrt.torch.DistributedOptimizer(torch.optim.AdamW(m.parameters(), amsgrad=True),
+                                        mode="server")
+    with pytest.raises(ValueError, match=r"Adam\(maximize=True\) is not supported"):
+        psrt.torch.DistributedOptimizer(torch.optim.Adam(m.parameters(), maximize=True),
+                                        mode="server")
+
+
+def test_adam_param_groups_with_different_betas_are_refused():
+    m = model()
+    opt = torch.optim.Adam([{"params": [m.weight]}, {"params": [m.bias], "betas": (0.5, 0.9)}])
+    with pytest.raises(ValueError, match="group 1 has .*one set of Adam hyper-parameters"):
+        psrt.torch.DistributedOptimizer(opt, mode="server",
+                                        named_parameters=m.named_parameters())
+
+
+def test_server_mode_refuses_clipping_it_cannot_do_with_torch_norm():
+    m = model()
+    with pytest.raises(ValueError, match=r"max_grad_norm 1\.0 .*use mode='sum'"):
+        psrt.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), mode="server",
+                                        max_grad_norm=1.0)
+
+
+def test_device_is_the_rank_gpu_never_silently_cuda_0(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("PSRT_GPU", "2")
+    monkeypatch.setenv("PSRT_LOCAL_RANK", "1")
+    assert psrt.torch.device() == torch.device("cuda", 2)  # psrun's placement wins
+    monkeypatch.delenv("PSRT_GPU")
+    assert psrt.torch.device() == torch.device("cuda", 1)  # else the worker-local rank
+    monkeypatch.setenv("PSRT_LOCAL_RANK", "5")
+    assert psrt.torch.device() == torch.device("cuda", 1)  # 5 workers over 4 GPUs: 5 mod 4
+    monkeypatch.setenv("PSRT_GPU", "7")
+    with pytest.raises(psrt.Error, match="PSRT_GPU=7, but this process sees 4 GPU"):
+        psrt.torch.device()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert psrt.torch.device() == torch.device("cpu")
 
 
 def test_param_groups_with_different_hyper_parameters_are_refused():
     m = model()
     opt = torch.optim.SGD([{"params": [m.weight]}, {"params": [m.bias], "lr": 0.5}], lr=0.1)
     with pytest.raises(ValueError, match="group 1 has .*one set of SGD hyper-parameters"):
-        psrt.torch.DistributedOptimizer(opt, named_parameters=m.named_parameters())
+        psrt.torch.DistributedOptimizer(opt, named_parameters=m.named_parameters(), mode="server")
 
 
 def test_maximize_is_refused():
     m = model()
     with pytest.raises(ValueError, match=r"SGD\(maximize=True\) is not supported"):
-        psrt.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, maximize=True))
+        psrt.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, maximize=True),
+                                        mode="server")

@@ -3,12 +3,16 @@ on success and exits 1 with a message otherwise.
 
     torch_worker.py equiv   1 worker: DistributedOptimizer(SGD momentum, Nesterov, weight decay,
                             cosine schedule) against plain torch.optim.SGD, step by step;
-                            then gradient accumulation is refused
+                            then a second backward after the step's push is refused
     torch_worker.py sync [fp32|bf16]
                             2 workers, sync: every worker starts from rank 0's values and holds
                             the same weights every step; frozen parameters are broadcast and
                             never trained; a parameter backward does not reach stays put;
                             tied parameters are one key; BatchNorm statistics stay local
+    torch_worker.py adamw   N workers, sync: DistributedOptimizer(AdamW, weight decay, a
+                            per-step lr schedule) on each worker's share of a global batch
+                            against one torch.optim.AdamW on the whole batch, 20 steps:
+                            every parameter within 1e-5 relative (L2 norm of the difference)
 """
 
 import copy
@@ -85,7 +89,8 @@ def equiv(w):
     # BatchNorm statistics are local: the same data gives the same running means.
     expect(torch.allclose(model.bn.running_mean, local.bn.running_mean), "BatchNorm running mean")
 
-    # Two backward passes before one step: refused, naming the parameter.
+    # Two backward passes before one step, without backward_passes_per_step or no_sync():
+    # refused, naming the parameter and the ways to accumulate.
     x, y = batch(0)
     F.cross_entropy(model(x), y).backward()
     try:
@@ -93,7 +98,8 @@ def equiv(w):
         fail("a second backward before step() was accepted")
     except psrt.Error as e:
         expect(e.code == psrt.ErrorCode.INVALID_ARGUMENT, f"code {e.code}")
-        expect("received a second gradient before step()" in str(e), str(e))
+        expect("received a gradient after this step's was pushed" in str(e), str(e))
+        expect("backward_passes_per_step" in str(e), str(e))
     opt.step()
     opt.close()
     print(f"PASS equiv rank {w.rank}", flush=True)
@@ -148,9 +154,63 @@ def sync(w, dtype="fp32"):
     print(f"PASS sync rank {w.rank}", flush=True)
 
 
+class Plain(nn.Module):
+    """Net without BatchNorm: a shard's gradient then averages to the global batch's exactly."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 5)
+        self.fc1 = nn.Linear(4 * 8 * 8, 16)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def adamw(w):
+    steps, n, per = 20, w.num_workers, 16
+    torch.manual_seed(0)
+    local = Plain()
+    model = copy.deepcopy(local)
+    initial = {k: v.detach().clone() for k, v in local.named_parameters()}
+
+    def make(m):
+        return torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-8,
+                                 weight_decay=0.05)
+    ref_opt = make(local)
+    ref_sched = torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=steps)
+    opt = psrt.torch.DistributedOptimizer(make(model), named_parameters=model.named_parameters(),
+                                          worker=w)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt.optimizer, T_max=steps)
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        x, y = torch.randn(n * per, 1, 12, 12, generator=g), torch.randint(0, 10, (n * per,),
+                                                                          generator=g)
+        ref_opt.zero_grad()
+        F.cross_entropy(local(x), y).backward()  # the global batch, in one process
+        ref_opt.step()
+        ref_sched.step()
+        mine = slice(w.rank * per, (w.rank + 1) * per)
+        opt.zero_grad()
+        F.cross_entropy(model(x[mine]), y[mine]).backward()  # this worker's share
+        opt.step()
+        sched.step()
+    opt.synchronize()
+    ref = dict(local.named_parameters())
+    for name, p in model.named_parameters():
+        q = ref[name]
+        rel = ((p - q).norm() / q.norm()).item()
+        expect(rel <= 1e-5, f"{name}: relative difference {rel} after {steps} steps")
+        moved = ((q - initial[name]).norm() / q.norm()).item()
+        expect(moved > 1e-3, f"{name}: moved only {moved} relative: the test proves nothing")
+    opt.close()
+    print(f"PASS adamw rank {w.rank}", flush=True)
+
+
 def main():
     w = psrt.Worker.from_env()
-    {"equiv": equiv, "sync": sync}[sys.argv[1]](w, *sys.argv[2:])
+    {"equiv": equiv, "sync": sync, "adamw": adamw}[sys.argv[1]](w, *sys.argv[2:])
     w.shutdown()
 
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "psrt/error.h"
+#include "runtime/worker_ranks.h"
 
 namespace {
 
@@ -194,19 +195,50 @@ TEST(EngineEnv, TheInnermostEngineWins) {
 }
 
 TEST(EngineEnv, EngineRolesExportedForTheProcess) {
+  // 6 processes, 3 per host, 2 servers: host 0 runs servers 0, 1 and worker 0 (global 2), host
+  // 1 workers 1..3. A worker's local rank and size count the workers on its host only, and it
+  // gets torchrun's variables too; a server keeps the engine's.
   EngineJob j;
   j.role = "worker";
-  j.rank = 2;
-  j.num_servers = 1;
-  j.num_workers = 3;
+  j.global_rank = 2;
+  j.rank = 0;
+  j.num_servers = 2;
+  j.num_workers = 4;
   j.scheduler = "h:1";
-  j.local_rank = 1;
-  j.local_size = 4;
-  const std::vector<std::pair<std::string, std::string>> want = {
-      {"PSRT_ROLE", "worker"},   {"PSRT_RANK", "2"},        {"PSRT_NUM_SERVERS", "1"},
-      {"PSRT_NUM_WORKERS", "3"}, {"PSRT_SCHEDULER", "h:1"}, {"PSRT_LOCAL_RANK", "1"},
-      {"PSRT_LOCAL_SIZE", "4"}};
+  j.local_rank = 2;
+  j.local_size = 3;
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  Env want = {{"PSRT_ROLE", "worker"},   {"PSRT_RANK", "0"},        {"PSRT_NUM_SERVERS", "2"},
+              {"PSRT_NUM_WORKERS", "4"}, {"PSRT_SCHEDULER", "h:1"}, {"RANK", "0"},
+              {"WORLD_SIZE", "4"},       {"LOCAL_RANK", "0"},       {"LOCAL_WORLD_SIZE", "1"},
+              {"PSRT_LOCAL_RANK", "0"},  {"PSRT_LOCAL_SIZE", "1"}};
   EXPECT_EQ(psrt::runtime::engine_job_env(j), want);
+  j.global_rank = 4;  // worker 2, the second on host 1
+  j.rank = 2;
+  j.local_rank = 1;
+  want = {{"PSRT_ROLE", "worker"},   {"PSRT_RANK", "2"},        {"PSRT_NUM_SERVERS", "2"},
+          {"PSRT_NUM_WORKERS", "4"}, {"PSRT_SCHEDULER", "h:1"}, {"RANK", "2"},
+          {"WORLD_SIZE", "4"},       {"LOCAL_RANK", "1"},       {"LOCAL_WORLD_SIZE", "3"},
+          {"PSRT_LOCAL_RANK", "1"},  {"PSRT_LOCAL_SIZE", "3"}};
+  EXPECT_EQ(psrt::runtime::engine_job_env(j), want);
+  j.role = "server";
+  j.global_rank = 1;
+  j.rank = 1;
+  j.local_rank = 1;
+  want = {{"PSRT_ROLE", "server"},   {"PSRT_RANK", "1"},        {"PSRT_NUM_SERVERS", "2"},
+          {"PSRT_NUM_WORKERS", "4"}, {"PSRT_SCHEDULER", "h:1"}, {"PSRT_LOCAL_RANK", "1"},
+          {"PSRT_LOCAL_SIZE", "3"}};
+  EXPECT_EQ(psrt::runtime::engine_job_env(j), want);
+}
+
+TEST(WorkerRanks, LocalRanksCountWorkersPerHostInRankOrder) {
+  const auto l = psrt::runtime::local_ranks({"a", "b", "a", "a", "b"});
+  ASSERT_EQ(l.size(), 5u);
+  const int rank[] = {0, 0, 1, 2, 1}, size[] = {3, 2, 3, 3, 2};
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    EXPECT_EQ(l[i].rank, rank[i]) << i;
+    EXPECT_EQ(l[i].size, size[i]) << i;
+  }
 }
 
 TEST(EngineEnv, MalformedOrContradictoryVariablesAreNamedWithTheFix) {

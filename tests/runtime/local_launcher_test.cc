@@ -335,6 +335,33 @@ TEST_F(LocalLauncherTest, WorkerKilledBySignalStopsEveryProcessWithinKillGrace) 
   EXPECT_TRUE(no_children());
 }
 
+// A worker that dies of a signal psrun did not send while psrun stops the job is named with that
+// signal: in a real job the process killed first is often seen last (its peers see its
+// connections close and fail before it has finished dying), and this line is then the only one
+// that says how it died. Here worker 1 kills itself when psrun's SIGTERM arrives.
+TEST_F(LocalLauncherTest, AWorkerKilledByAnotherSignalWhileStoppingIsNamed) {
+  job_.workers.push_back(
+      sh("worker 0", wait_for_files({"w1.pid"}) + record_pid("w0.pid") + "exit 1"));
+  job_.workers.push_back(sh("worker 1", "trap 'kill -9 $$' TERM; " + record_pid("w1.pid") +
+                                            "while :; do sleep 0.05; done"));
+
+  EXPECT_EQ(run_job(), 1);
+  const pid_t w0 = wait_for_pid_file(dir_ / "w0.pid");
+  const pid_t w1 = wait_for_pid_file(dir_ / "w1.pid");
+  const std::string e = err();
+  EXPECT_EQ(count_of(e, "psrun: worker 0 (pid " + std::to_string(w0) +
+                            ") exited with status 1; stopping the job\n"),
+            1)
+      << e;
+  EXPECT_EQ(count_of(e, "psrun: worker 1 (pid " + std::to_string(w1) +
+                            ") was killed by signal 9 (SIGKILL) (seen while stopping the job)\n"),
+            1)
+      << e;
+  EXPECT_EQ(count_of(e, "stopping the job;"), 0) << e;
+  EXPECT_LT(elapsed_.count(), 3'000);
+  EXPECT_TRUE(no_children());
+}
+
 TEST_F(LocalLauncherTest, WorkerExitStatusIsReportedAndSigtermStopsTheRest) {
   job_.kill_grace = milliseconds{5'000};
   job_.workers.push_back(

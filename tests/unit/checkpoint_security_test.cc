@@ -8,15 +8,19 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/fnv.h"
 #include "ps/checkpoint.h"
+#include "ps/job_checkpoint.h"
 #include "ps/shard_map.h"
 #include "tests/unit/checkpoint_test_util.h"
 #include "transport/wire.h"
@@ -144,6 +148,74 @@ TEST_F(CheckpointSecurity, AFifoUnderTheFilesNameIsRefusedWithoutBlocking) {
   fs::remove(path);
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
   expect_refused(8, "not a regular file");
+}
+
+// The MANIFEST is read as the slice files are (issue 30): a symlink (out of the directory, to
+// /dev/zero) and a FIFO are refused, and the refusal never blocks.
+TEST_F(CheckpointSecurity, AManifestThatIsASymlinkIsRefused) {
+  const std::string elsewhere = test_dir("psrt_sec_manifest_");
+  ShardMap placed(2, 64);
+  placed.place(kKey, kTotal);
+  write_manifest(elsewhere, placed);
+  fs::create_directories(dir_);
+  ASSERT_EQ(::symlink((elsewhere + "/MANIFEST").c_str(), (dir_ + "/MANIFEST").c_str()), 0);
+  ShardMap map(2, 64);
+  try {
+    const bool read = read_manifest(dir_, map);
+    fs::remove_all(elsewhere);
+    FAIL() << "a MANIFEST linking out of the checkpoint directory was read (" << read << ")";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+  }
+  fs::remove_all(elsewhere);
+  // A link to /dev/zero is refused before a byte is read (the old reader grew without bound).
+  fs::remove(dir_ + "/MANIFEST");
+  ASSERT_EQ(::symlink("/dev/zero", (dir_ + "/MANIFEST").c_str()), 0);
+  EXPECT_THROW(read_manifest(dir_, map), Error);
+}
+
+TEST_F(CheckpointSecurity, AFifoManifestIsRefusedWithoutBlocking) {
+  const std::string path = dir_ + "/MANIFEST";
+  fs::create_directories(dir_);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::promise<std::string> outcome;
+  auto result = outcome.get_future();
+  std::thread reader([&] {
+    ShardMap map(2, 64);
+    try {
+      read_manifest(dir_, map);
+      outcome.set_value("read");
+    } catch (const Error& e) {
+      outcome.set_value(e.what());
+    }
+  });
+  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Unblock the reader (a writer opens and closes the FIFO) so that the test ends.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    reader.join();
+    FAIL() << "reading a FIFO MANIFEST blocked for 5 s";
+  }
+  reader.join();
+  EXPECT_NE(result.get().find("not a regular file"), std::string::npos);
+}
+
+// Pruning an old round never follows a symlinked round directory out of the checkpoint
+// directory (issue 30): the files it points at stay.
+TEST_F(CheckpointSecurity, PruningDoesNotFollowASymlinkedRound) {
+  const std::string elsewhere = test_dir("psrt_sec_prune_");
+  write_slice_checkpoint(elsewhere, kKey, kSlice, kTotal, 5, kWeights, {});
+  const std::string outside = slice_checkpoint_path(elsewhere, 5, kKey, kSlice.index);
+  ASSERT_TRUE(fs::exists(outside));
+  fs::create_directories(dir_);
+  const std::string link =
+      fs::path(slice_checkpoint_path(dir_, 5, kKey, kSlice.index)).parent_path().string();
+  ASSERT_EQ(::symlink(fs::path(outside).parent_path().c_str(), link.c_str()), 0);
+  remove_slice_checkpoint(dir_, 5, kKey, kSlice.index);
+  remove_job_round(dir_, 5);
+  EXPECT_TRUE(fs::exists(outside)) << "pruning deleted " << outside << " through " << link;
+  fs::remove_all(elsewhere);
 }
 
 mode_t mode_of(const std::string& path) {

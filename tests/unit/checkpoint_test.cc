@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "ps/optimizer_state.h"
 #include "ps/shard_map.h"
 #include "tests/unit/checkpoint_test_util.h"
 
@@ -66,6 +68,28 @@ TEST_F(Checkpoint, SliceRoundTripsWithMomentum) {
         << "momentum " << i;
 }
 
+// Adam's state (ps/optimizer_state.h: exp_avg, exp_avg_sq, the step count in two floats' bits)
+// comes back byte for byte, flagged as Adam's (bit 1), and its size is checked.
+TEST_F(Checkpoint, SliceRoundTripsWithAdamState) {
+  std::vector<float> state(adam_state_floats(kWeights.size()));
+  for (std::size_t i = 0; i < state.size(); ++i)
+    state[i] = 0.25f * static_cast<float>(i) - 1.f;
+  set_adam_steps(state, kWeights.size(), (std::uint64_t{7} << 32) | 12345u);
+  write_slice_checkpoint(dir_, kKey, kSlice, kTotal, 24, kWeights, state);
+  const std::string path = slice_checkpoint_path(dir_, 24, kKey, kSlice.index);
+  EXPECT_EQ(fs::file_size(path), 64 + (kWeights.size() + state.size()) * 4);
+  const auto bytes = read_file(path);
+  EXPECT_EQ(bytes[20], 2) << "flag bit 1: Adam's state";
+  SliceState s = read_slice_checkpoint(dir_, 24, kKey, kSlice, kTotal);
+  EXPECT_EQ(s.weights, kWeights);
+  ASSERT_EQ(s.momentum.size(), state.size());
+  EXPECT_EQ(std::memcmp(s.momentum.data(), state.data(), state.size() * 4), 0);
+  EXPECT_EQ(adam_steps(s.momentum, kWeights.size()), (std::uint64_t{7} << 32) | 12345u);
+  write_file(path, {bytes.begin(), bytes.end() - 4});
+  expect_unusable([&] { read_slice_checkpoint(dir_, 24, kKey, kSlice, kTotal); }, path,
+                  "truncated optimizer state");
+}
+
 TEST_F(Checkpoint, PathsNameTheRoundKeyAndSlice) {
   EXPECT_EQ(slice_checkpoint_path("/ck", 12, 7, 3), "/ck/r000000000012/k7-s3.slice");
 }
@@ -95,7 +119,7 @@ TEST_F(Checkpoint, TruncatedAndOverlongFilesAreNamed) {
   write_file(path, {good.begin(), good.begin() + 64 + 8});
   expect_unusable(read, path, "truncated weights");
   write_file(path, {good.begin(), good.end() - 1});
-  expect_unusable(read, path, "truncated momentum");
+  expect_unusable(read, path, "truncated optimizer state");
   auto longer = good;
   longer.push_back('x');
   write_file(path, longer);

@@ -93,6 +93,44 @@ TEST(Consistency, NoLiveWorkersMeansNoUpdate) {
     EXPECT_EQ(next_update(m, 1, std::span<const WorkerClock>{}), Ranks{}) << to_string(m);
 }
 
+// Backup workers: a sync round runs with the first live - b current gradients, never with one
+// for a later round, and b = 0 is plain sync.
+TEST(Consistency, BackupWorkersRunARoundWithAllButBCurrentGradients) {
+  std::vector<WorkerClock> live = {{0, 1, 5}, {1, 1, 5}, {2, 1, 5}, {3, 0, 4}};
+  EXPECT_EQ(next_update(Mode::kSync, 0, live, 1), (Ranks{0, 1, 2}));
+  EXPECT_EQ(next_update(Mode::kSync, 0, live, 0), Ranks{}) << "b = 0 waits for rank 3";
+  EXPECT_EQ(next_update(Mode::kSync, 0, live, 2), (Ranks{0, 1, 2})) << "every current one";
+  live[1].current = false;  // its gradient is for the round after
+  EXPECT_EQ(next_update(Mode::kSync, 0, live, 1), Ranks{});
+  EXPECT_EQ(next_update(Mode::kSync, 0, live, 2), (Ranks{0, 2}));
+  // More backups than workers: a round still needs one gradient.
+  std::vector<WorkerClock> one = {{7, 0, 0}};
+  EXPECT_EQ(next_update(Mode::kSync, 0, one, 5), Ranks{});
+  one[0].queued = 1;
+  EXPECT_EQ(next_update(Mode::kSync, 0, one, 5), Ranks{7});
+  EXPECT_EQ(backup_quorum(4, 1), 3u);
+  EXPECT_EQ(backup_quorum(1, 1), 1u);
+  EXPECT_EQ(backup_quorum(0, 0), 1u);
+}
+
+TEST(Consistency, BackupWorkersTheJobCannotRunAreRefusedNamingTheCause) {
+  check_backup_workers(Mode::kAsync, 0, 1, 2);  // b = 0: nothing to check
+  check_backup_workers(Mode::kSync, 3, 4, 1);
+  auto refused = [](Mode m, std::uint32_t b, std::uint32_t n, std::uint32_t r,
+                    const std::string& cause) {
+    try {
+      check_backup_workers(m, b, n, r);
+      ADD_FAILURE() << "accepted: " << cause;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(cause), std::string::npos) << e.what();
+    }
+  };
+  refused(Mode::kSsp, 1, 4, 1, "needs --mode sync");
+  refused(Mode::kSync, 4, 4, 1, "use fewer backup workers than -n");
+  refused(Mode::kSync, 1, 4, 2, "cannot be combined with --replicas 2");
+}
+
 TEST(Consistency, ModeNamesRoundTrip) {
   for (Mode m : {Mode::kSync, Mode::kAsync, Mode::kSsp})
     EXPECT_EQ(parse_mode(to_string(m)), m);

@@ -61,20 +61,32 @@ TEST(MessageTable, WireValuesAndNamesAreFixed) {
       {M::kVersion, "VERSION"},
       {M::kVersionReply, "VERSION_REPLY"},
   };
-  ASSERT_EQ(static_cast<int>(M::kLast), 40);
   ASSERT_EQ(expected.size(), 40u);
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(static_cast<int>(expected[i].first), static_cast<int>(i) + 1);
     EXPECT_EQ(to_string(expected[i].first), expected[i].second);
   }
+  // Live metrics and the timeline: the range 60-69.
+  EXPECT_EQ(static_cast<int>(M::kMetrics), 60);
+  EXPECT_EQ(to_string(M::kMetrics), "METRICS");
+  EXPECT_EQ(static_cast<int>(M::kTimeline), 61);
+  EXPECT_EQ(to_string(M::kTimeline), "TIMELINE");
+  EXPECT_EQ(static_cast<int>(M::kClock), 62);
+  EXPECT_EQ(to_string(M::kClock), "CLOCK");
+  EXPECT_EQ(static_cast<int>(M::kClockReply), 63);
+  EXPECT_EQ(to_string(M::kClockReply), "CLOCK_REPLY");
+  ASSERT_EQ(static_cast<int>(M::kLast), 63);
+  for (int t = 41; t < 60; ++t)
+    EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
   EXPECT_EQ(to_string(static_cast<M>(0)), "?");
-  EXPECT_EQ(to_string(static_cast<M>(41)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(64)), "?");
   EXPECT_EQ(to_string(static_cast<M>(255)), "?");
 }
 
 TEST(MessageTable, DataAndHandshakeMessages) {
   std::set<M> data, handshake;
   for (int t = 1; t <= static_cast<int>(M::kLast); ++t) {
+    if (!is_message_type(static_cast<std::uint8_t>(t))) continue;
     if (carries_data(static_cast<M>(t))) data.insert(static_cast<M>(t));
     if (is_handshake(static_cast<M>(t))) handshake.insert(static_cast<M>(t));
   }
@@ -88,11 +100,14 @@ TEST(MessageTable, PermissionsMatrix) {
   auto allowed = [](Role receiver, Role sender) -> std::set<M> {
     using R = Role;
     if (receiver == R::kScheduler && sender == R::kServer)
-      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kReplicaSetAck, M::kError};
+      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kReplicaSetAck,
+              M::kMetrics,  M::kTimeline,  M::kClock,         M::kError};
     if (receiver == R::kScheduler && sender == R::kWorker)
-      return {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat, M::kError};
+      return {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat,
+              M::kMetrics,  M::kTimeline,   M::kClock,  M::kError};
     if (receiver == R::kServer && sender == R::kScheduler)
-      return {M::kRegisterReply, M::kMembership, M::kShutdown, M::kReplicaSet, M::kError};
+      return {M::kRegisterReply, M::kMembership, M::kShutdown,
+              M::kReplicaSet,    M::kClockReply, M::kError};
     if (receiver == R::kServer && sender == R::kServer)
       return {M::kReplicate, M::kReplicateCommit, M::kReplicateAck, M::kError};
     if (receiver == R::kServer && sender == R::kWorker)
@@ -100,7 +115,7 @@ TEST(MessageTable, PermissionsMatrix) {
               M::kPushIpc, M::kPushPullIpc,  M::kPullIpc, M::kVersion, M::kError};
     if (receiver == R::kWorker && sender == R::kScheduler)
       return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
-              M::kShutdown,      M::kRoute,           M::kError};
+              M::kShutdown,      M::kRoute,           M::kClockReply,  M::kError};
     if (receiver == R::kWorker && sender == R::kServer)
       return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck,      M::kPullReply,
               M::kDeviceInfoReply, M::kPullIpcReply,      M::kVersionReply, M::kError};

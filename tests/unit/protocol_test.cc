@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/fused_sgd.h"
 #include "ps/protocol_device.h"
-#include "ps/protocol_kernels.h"
 #include "ps/replica_protocol.h"
+#include "transport/secure/handshake.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {
@@ -90,6 +93,33 @@ TEST(ProtocolHeader, RoundTripsEveryField) {
   EXPECT_EQ(out.arg1, h.arg1);
 }
 
+// An ERROR carries its code in arg0: every code of the table (psrt/error.h) arrives as itself,
+// through encode and decode, the last one included; a value past the table, or 0 (an ERROR is
+// never success), arrives as kProtocol.
+TEST(ProtocolHeader, EveryErrorCodeArrivesAsItself) {
+  const auto last = static_cast<std::uint32_t>(kLastErrorCode);
+  std::set<std::string_view> texts;
+  for (std::uint32_t v = 1; v <= last; ++v) {
+    const auto code = static_cast<ErrorCode>(v);
+    Header h = control_header(MsgType::kError);
+    h.set_error_code(code);
+    Header out;
+    ASSERT_TRUE(decode(encode(h), 0, Limits{}, out).ok());
+    EXPECT_EQ(out.error_code(), code) << "code " << v << " (" << to_string(code) << ")";
+    EXPECT_EQ(out.shutdown_code(), code) << v;
+    EXPECT_NE(to_string(code), "unknown") << v;
+    texts.insert(to_string(code));
+  }
+  EXPECT_EQ(texts.size(), last) << "two codes share a text";
+  Header h = control_header(MsgType::kError);
+  h.arg0 = last + 1;
+  EXPECT_EQ(h.error_code(), ErrorCode::kProtocol);
+  h.arg0 = 0;
+  EXPECT_EQ(h.error_code(), ErrorCode::kProtocol);
+  EXPECT_EQ(h.shutdown_code(), ErrorCode::kOk);
+  EXPECT_EQ(to_string(static_cast<ErrorCode>(last + 1)), "unknown");
+}
+
 TEST(ProtocolHeader, LayoutIsLittleEndianAtTheDocumentedOffsets) {
   Header h = data_header(MsgType::kPush, WireType::kF16, 3, 4, 10);
   h.request_id = 0x0a;
@@ -116,6 +146,7 @@ TEST(ProtocolHeader, LayoutIsLittleEndianAtTheDocumentedOffsets) {
 // A well-formed message of every type decodes, and keeps its type.
 TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
   for (int t = 1; t <= static_cast<int>(MsgType::kLast); ++t) {
+    if (!is_message_type(static_cast<std::uint8_t>(t))) continue;  // a gap between ranges
     const auto type = static_cast<MsgType>(t);
     Header h = control_header(type);
     std::size_t payload = 0;
@@ -159,6 +190,14 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
       case MsgType::kReplicateCommit:
         h.count = 2;
         payload = 2 * kReplicaCountBytes;
+        break;
+      case MsgType::kMetrics:
+        h.count = 4;
+        payload = 4 * kMetricRecordBytes;
+        break;
+      case MsgType::kTimeline:
+        h.count = 2;
+        payload = 2 * kTimelineRecordBytes;
         break;
       case MsgType::kReplicaSet:
         payload = 17;
@@ -207,6 +246,17 @@ TEST(ProtocolHeader, RejectsBadMagic) {
   expect_rejected(decode_bytes(b, 0), "bad magic");
 }
 
+// A process without the secure mode reads a secure peer's HELLO: its refusal names the cause
+// (whichever end reads the other's bytes first, the log says both ends must run in secure mode).
+TEST(ProtocolHeader, ASecureHandshakeIsRefusedNamingTheSecureMode) {
+  std::vector<std::byte> hello(transport::secure::kHandshakeBytes);
+  transport::secure::encode_handshake({}, hello.data());
+  Header out;
+  expect_rejected(decode(hello, 0, Limits{}, out),
+                  "the peer runs in secure mode and this process does not; both ends must run in "
+                  "secure mode (psrun --secure / PSRT_SECURE=1)");
+}
+
 TEST(ProtocolHeader, RejectsAnotherProtocolVersion) {
   auto b = encode(control_header(MsgType::kBarrier));
   wire::store<std::uint16_t>(&b[4], kProtocolVersion + 1);
@@ -224,6 +274,8 @@ TEST(ProtocolHeader, RejectsUnknownTypes) {
   expect_rejected(decode_bytes(b, 0), "unknown message type " + std::to_string(past));
   b[6] = std::byte{255};
   expect_rejected(decode_bytes(b, 0), "unknown message type 255");
+  b[6] = std::byte{41};  // in the gap below the metrics' range (60-69)
+  expect_rejected(decode_bytes(b, 0), "unknown message type 41");
 }
 
 TEST(ProtocolHeader, RejectsUnknownDtypes) {
@@ -290,6 +342,20 @@ TEST(ProtocolHeader, RejectsInitPullAndPullReplyWithNonF32) {
   // PUSH may carry any data dtype.
   EXPECT_TRUE(decode_header(data_header(MsgType::kPush, WireType::kF16, 0, 2, 2), 4).ok());
   EXPECT_TRUE(decode_header(data_header(MsgType::kPush, WireType::kBF16, 0, 2, 2), 4).ok());
+}
+
+// INIT's arg1 is the key's KeyUpdate (0 optimizer, 1 mean, 2 sum): any other value is refused.
+TEST(ProtocolHeader, InitCarriesAKnownKeyUpdateOnly) {
+  for (std::uint32_t u = 0; u <= kMaxKeyUpdate; ++u) {
+    Header h = data_header(MsgType::kInit, WireType::kF32, 0, 2, 2);
+    h.set_key_update(u);
+    Header out;
+    ASSERT_TRUE(decode(encode(h), 8, Limits{}, out).ok()) << u;
+    EXPECT_EQ(out.key_update(), u);
+  }
+  Header h = data_header(MsgType::kInit, WireType::kF32, 0, 2, 2);
+  h.set_key_update(kMaxKeyUpdate + 1);
+  expect_rejected(decode_header(h, 8), "INIT with key update 3 (0 optimizer, 1 mean, 2 sum)");
 }
 
 TEST(ProtocolHeader, RejectsCountZero) {
@@ -368,9 +434,9 @@ TEST(ProtocolHeader, RejectsFixedSizeTypesOfAnotherSize) {
   expect_rejected(decode_header(control_header(MsgType::kAuth), 0),
                   "AUTH payload of 0 bytes, expected 32");
   expect_rejected(decode_header(control_header(MsgType::kWelcome), 64), "WELCOME payload of 64");
-  // 20 bytes: the record of a build without the guard/clipping fields.
-  expect_rejected(decode_header(control_header(MsgType::kSetOptimizer), 20),
-                  "SET_OPTIMIZER payload of 20 bytes, expected 24");
+  // 24 bytes: the record of a build without the algorithm, betas and eps (protocol version 2).
+  expect_rejected(decode_header(control_header(MsgType::kSetOptimizer), 24),
+                  "SET_OPTIMIZER payload of 24 bytes, expected 40");
   expect_rejected(decode_header(control_header(MsgType::kLocateReply, 2), 47),
                   "LOCATE_REPLY payload of 47 bytes, expected 48");
   expect_rejected(decode_header(control_header(MsgType::kMembership, 3), 11),
@@ -414,13 +480,26 @@ TEST(ProtocolDtypes, SizesAndConversions) {
   EXPECT_EQ(wire_size(WireType::kF16), 2u);
   EXPECT_EQ(wire_size(WireType::kBF16), 2u);
   EXPECT_EQ(wire_size(WireType::kBytes), 1u);
-  for (auto t : {WireType::kF32, WireType::kF16, WireType::kBF16})
-    EXPECT_EQ(to_wire(to_dtype(t)), t);
+  // One type: a GradType is its wire value, kernels::DType is GradType.
+  static_assert(std::is_same_v<kernels::DType, GradType>);
+  for (auto t : {WireType::kF32, WireType::kF16, WireType::kBF16}) {
+    EXPECT_EQ(to_wire(to_grad_type(t)), t);
+    EXPECT_EQ(static_cast<int>(to_grad_type(t)), static_cast<int>(t));
+    EXPECT_EQ(wire_size(t), kernels::dtype_size(to_grad_type(t)));
+    EXPECT_EQ(to_string(t), to_string(to_grad_type(t)));
+  }
   try {
-    (void)to_dtype(WireType::kBytes);
-    ADD_FAILURE() << "to_dtype(kBytes) did not throw";
+    (void)to_grad_type(WireType::kBytes);
+    ADD_FAILURE() << "to_grad_type(kBytes) did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
+  }
+  try {
+    (void)to_wire(static_cast<GradType>(kNumGradTypes));
+    ADD_FAILURE() << "to_wire of a value that is no GradType did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "unknown GradType 3");
   }
   EXPECT_EQ(to_string(Role::kScheduler), "scheduler");
   EXPECT_EQ(to_string(Role::kServer), "server");
@@ -611,10 +690,65 @@ TEST(ProtocolOptimizer, RejectsUnknownFlagBitsAndSizes) {
     EXPECT_NE(s.message().find("unknown bits"), std::string::npos) << s.message();
   }
   bytes.pop_back();
-  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 23 bytes");
-  bytes.resize(20);
-  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 20 bytes");
+  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 39 bytes");
+  bytes.resize(24);  // the record of protocol version 2
+  expect_rejected(decode_optimizer(bytes, out), "optimizer record of 24 bytes");
   EXPECT_EQ(out.lr, 123.f) << "a rejected record leaves the output untouched";
+}
+
+OptimizerConfig adam(OptimizerAlgorithm a, float lr, float beta1, float beta2, float eps,
+                     float weight_decay) {
+  return {.algorithm = a,
+          .lr = lr,
+          .weight_decay = weight_decay,
+          .beta1 = beta1,
+          .beta2 = beta2,
+          .eps = eps};
+}
+
+// Adam and AdamW: the algorithm, betas and eps at offsets 24..39, every field back.
+TEST(ProtocolOptimizer, AdamRoundTripAndLayout) {
+  const OptimizerConfig in =
+      guarded(adam(OptimizerAlgorithm::kAdamW, 1e-3f, 0.8f, 0.99f, 1e-6f, 0.01f), 1.f, true);
+  const auto bytes = encode_optimizer(in);
+  ASSERT_EQ(bytes.size(), 40u);
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[24]), 2u);
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[28]), std::bit_cast<std::uint32_t>(0.8f));
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[32]), std::bit_cast<std::uint32_t>(0.99f));
+  EXPECT_EQ(wire::load<std::uint32_t>(&bytes[36]), std::bit_cast<std::uint32_t>(1e-6f));
+  OptimizerConfig out;
+  ASSERT_TRUE(decode_optimizer(bytes, out).ok());
+  EXPECT_TRUE(out == in);
+  const OptimizerConfig plain = adam(OptimizerAlgorithm::kAdam, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f);
+  ASSERT_TRUE(decode_optimizer(encode_optimizer(plain), out).ok());
+  EXPECT_TRUE(out == plain);
+}
+
+TEST(ProtocolOptimizer, RejectsBadBetasEpsAndSgdFieldsForAdam) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const auto& c : {adam(OptimizerAlgorithm::kAdam, 1e-3f, 1.f, 0.999f, 1e-8f, 0.f),
+                        adam(OptimizerAlgorithm::kAdam, 1e-3f, 0.9f, -0.1f, 1e-8f, 0.f),
+                        adam(OptimizerAlgorithm::kAdamW, 1e-3f, nan, 0.999f, 1e-8f, 0.f),
+                        adam(OptimizerAlgorithm::kAdamW, 1e-3f, 0.9f, 0.999f, 0.f, 0.f)}) {
+    Status s = optimizer_status(c);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("each beta must be in [0, 1) and eps finite and > 0"),
+              std::string::npos)
+        << s.message();
+  }
+  OptimizerConfig c = adam(OptimizerAlgorithm::kAdam, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f);
+  c.momentum = 0.9f;
+  Status s = optimizer_status(c);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("Adam takes no momentum, dampening or nesterov"), std::string::npos)
+      << s.message();
+  auto bytes = encode_optimizer(adam(OptimizerAlgorithm::kAdam, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f));
+  wire::store<std::uint32_t>(&bytes[24], 3);
+  OptimizerConfig out;
+  s = decode_optimizer(bytes, out);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("optimizer algorithm 3 is not known"), std::string::npos)
+      << s.message();
 }
 
 // --- address lines ---

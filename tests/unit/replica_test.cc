@@ -12,11 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "ps/protocol.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
-#include "ps/server.h"
 #include "psrt/psrt.h"
+#include "replica_server.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {
@@ -28,66 +26,16 @@ constexpr const char* kSecret = "replica-unit-test-secret-0123456789abcdef";
 // Keys of these sizes, cut into slices of 1024 values: slices on both servers.
 const std::vector<std::size_t> kSizes = {5, 1000, 3000};
 
-// A server with replicas registered with the scheduler, as runtime/server_process.cc wires one.
-struct ReplicaServer {
-  ReplicaServer(ServerConfig config, std::uint32_t rank) : server(std::move(config)), rank(rank) {}
-  ~ReplicaServer() {
-    if (transport) transport->shutdown();
-    server.stop();
-  }
-
-  void start(const std::string& scheduler_address) {
-    server.on_control = [this](const Header& h, std::span<const std::byte> payload) {
-      std::lock_guard lock(mu);
-      if (scheduler && h.type != MsgType::kShutdown) requests.complete(*scheduler, h, payload);
-    };
-    endpoint = std::make_shared<Endpoint>(kSecret, Role::kServer, Limits{});
-    endpoint->set_handler(&server);
-    endpoint->set_self_rank(rank);
-    transport = transport::create_transport("tcp", endpoint);
-    server.set_transport(*transport);
-    server.enable_replicas(endpoint, *transport, rank, 10s);
-    address = transport->listen("127.0.0.1:0");
-    auto peer = endpoint->connect(*transport, scheduler_address, rank, Role::kScheduler, 0, 10s);
-    {
-      std::lock_guard lock(mu);
-      scheduler = peer;
-    }
-    Header reg;
-    reg.type = MsgType::kRegister;
-    reg.set_role(Role::kServer);
-    reg.set_rank(rank);
-    requests.call(*peer, reg, encode_lines({&address, 1}), "REGISTER", 10s);
-  }
-
-  Server server;
-  const std::uint32_t rank;
-  Requests requests;
-  std::mutex mu;
-  std::shared_ptr<Peer> scheduler;  // guarded by mu
-  std::shared_ptr<Endpoint> endpoint;
-  std::unique_ptr<transport::Transport> transport;
-  std::string address;
-};
-
 class ReplicaTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
-    SchedulerConfig sc;
-    sc.secret = kSecret;
-    sc.num_servers = 2;
-    sc.num_workers = 2;
-    sc.replicas = 2;
-    sc.partition_bytes = 1024 * sizeof(float);
+    const SchedulerConfig sc = replica_job_config(kSecret, 2, 2, 1024);
     scheduler = std::make_unique<Scheduler>(sc);
-    for (std::uint32_t r = 0; r < 2; ++r) {
-      ServerConfig config;
-      config.mode = GetParam();
-      config.partition_bytes = sc.partition_bytes;
-      config.num_servers = 2;
-      servers.push_back(std::make_unique<ReplicaServer>(config, r));
-      servers.back()->start(scheduler->address());
-    }
+    ServerConfig config;
+    config.mode = GetParam();
+    servers = replica_servers(sc, config);
+    for (auto& s : servers)
+      s->start(scheduler->address());
   }
   void TearDown() override {
     servers.clear();

@@ -2,12 +2,17 @@
 // endpoints over real TCP on 127.0.0.1 (no psrun, no child processes): sync rounds give exact
 // weights, SSP holds a fast worker within its bound, a worker that leaves changes the rounds, a
 // lost worker stops the job naming it, and bad messages are refused with the state unchanged.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -16,6 +21,8 @@
 #include <vector>
 
 #include "../integration/raw_worker.h"
+#include "ps/checkpoint.h"
+#include "ps/job_checkpoint.h"
 #include "ps/protocol.h"
 #include "ps/requests.h"
 #include "ps/scheduler.h"
@@ -90,7 +97,7 @@ struct TestServer {
 // with a payload (REGISTER_REPLY, ERROR) in a buffer of its own.
 class WorkerHandler : public Handler {
  public:
-  transport::Placement place(Peer&, const Header& h, std::size_t size) override {
+  transport::Placement place(Peer& peer, const Header& h, std::size_t size) override {
     if (h.type == MsgType::kPullReply) {
       // A held reply's payload is not read (bounded: 30 s), so the server's send of it stays
       // in flight, as to a worker that reads slowly.
@@ -101,7 +108,7 @@ class WorkerHandler : public Handler {
         held_cv_.wait_for(lock, 30s, [&] { return !hold_; });
       }
       lock.unlock();
-      return {requests.dest(h.request_id, size), 0};
+      return {requests.dest(peer, h.request_id, size), 0};
     }
     auto buf = std::make_unique<std::vector<std::byte>>(size);
     std::lock_guard lock(mu_);
@@ -258,6 +265,8 @@ class ServerSchedulerTest : public ::testing::Test {
     config.sgd.lr = 0.5f;
     config.average = average;
     config.threads = threads;
+    config.checkpoint_dir = checkpoint_dir;
+    if (configure) configure(config);
     server = std::make_unique<TestServer>(config);
     server->start(scheduler->address());
     for (int i = 0; i < workers; ++i) {
@@ -284,9 +293,11 @@ class ServerSchedulerTest : public ::testing::Test {
     scheduler.reset();
   }
 
+  std::string checkpoint_dir;  // the server's (--checkpoint-dir); set before start()
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<TestServer> server;
   std::vector<std::unique_ptr<TestWorker>> worker;
+  std::function<void(ServerConfig&)> configure;  // applied to the server's config by start()
 };
 
 TEST_F(ServerSchedulerTest, SyncRoundAppliesTheMeanOfEveryWorkersGradient) {
@@ -431,6 +442,61 @@ TEST_F(ServerSchedulerTest, ALargeSliceSplitBetweenThreadsIsUpdatedExactly) {
   EXPECT_EQ(wrong, 0u) << "first wrong element " << first;
 }
 
+// On-demand checkpoints only (--checkpoint-dir, --checkpoint-every 0): the update of a small
+// slice whose round a worker requested writes its file on the compute pool, never on the
+// progress thread, which goes on answering meanwhile. The write is held up as a stalled disk
+// would: its temporary file is a FIFO that nobody reads, so opening it blocks until the test
+// opens the other end. (The write then fails at fsync, which a FIFO refuses; the server logs
+// that and applies the round.)
+TEST_F(ServerSchedulerTest, ARequestedCheckpointIsNeverWrittenOnTheProgressThread) {
+  checkpoint_dir =
+      (std::filesystem::temp_directory_path() / ("psrt_ondemand_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(checkpoint_dir);
+  request_checkpoint(checkpoint_dir, 1);
+  const std::string slice_file = slice_checkpoint_path(checkpoint_dir, 1, kKey, 0);
+  const std::string held = slice_file + ".tmp";
+  ASSERT_EQ(::mkdir(checkpoint_round_dir(checkpoint_dir, 1).c_str(), 0700), 0);
+  ASSERT_EQ(::mkfifo(held.c_str(), 0600), 0) << held;
+  // Opening the FIFO's other end lets the write go on. It stays open until the server is gone
+  // (a write into a FIFO nobody holds open raises SIGPIPE), whatever the test found.
+  struct HeldWrite {
+    std::vector<std::unique_ptr<TestWorker>>& workers;
+    std::unique_ptr<TestServer>& server;
+    std::string fifo, dir;
+    int fd = -1;
+    void release() {
+      if (fd < 0) fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    }
+    ~HeldWrite() {
+      release();
+      workers.clear();
+      server.reset();
+      if (fd >= 0) ::close(fd);
+      std::filesystem::remove_all(dir);
+    }
+  } write{worker, server, held, checkpoint_dir};
+  start(1);
+  auto push =
+      worker[0]->start(TestWorker::slice_header(MsgType::kPush), std::vector<float>{2, 2, 2, 2});
+  // Round 1's update is now blocked opening its checkpoint file: a VERSION is answered at once
+  // all the same, with the round before it.
+  auto version = worker[0]->start(TestWorker::slice_header(MsgType::kVersion));
+  const bool answered = version.wait_for(5s) == std::future_status::ready;
+  EXPECT_TRUE(answered) << "no VERSION reply while a requested checkpoint was being written: the "
+                           "update (and the write) ran on the progress thread";
+  if (answered) {
+    auto [status, reply] = version.get();
+    EXPECT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(reply.round, 0u) << "round 1 was published before its checkpoint was written";
+  }
+  write.release();
+  ASSERT_TRUE(TestWorker::wait(push).first.ok());
+  auto [weights, round] = worker[0]->pull();
+  EXPECT_EQ(weights, (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(round, 1u);
+}
+
 // 40 keys in flight per worker and round, as a model's gradients: the sums stay exact in every
 // mode, on slices updated inline (64 KiB) and on the compute pool (256 KiB), and no reply mixes
 // two versions.
@@ -560,6 +626,69 @@ TEST_F(ServerSchedulerTest, BadMessagesAreRefusedAndChangeNothing) {
   reg.set_role(Role::kWorker);
   expect_refused(worker[0]->wait_call(worker[0]->raw.scheduler, reg), ErrorCode::kProtocol,
                  "REGISTER twice");
+}
+
+}  // namespace
+}  // namespace psrt::ps
+
+namespace psrt::ps {
+namespace {
+
+// INIT as an attacker holding the secret sends it (issue 30, item 2; label security): past the
+// worker's quotas, and from a connection whose rank is no longer its registration's.
+class InitSecurity : public ServerSchedulerTest {
+ protected:
+  Answer init_key(TestWorker& w, std::uint64_t key) {
+    Header h = TestWorker::slice_header(MsgType::kInit);
+    h.key = key;
+    auto f = w.start(h, kInit);
+    return TestWorker::wait(f);
+  }
+};
+
+TEST_F(InitSecurity, InitsPastTheWorkersKeyQuotaAreRefused) {
+  configure = [](ServerConfig& c) { c.max_keys_per_worker = 3; };
+  start(1);  // key kKey: the first of three
+  EXPECT_TRUE(init_key(*worker[0], 100).first.ok());
+  EXPECT_TRUE(init_key(*worker[0], 101).first.ok());
+  EXPECT_TRUE(init_key(*worker[0], kKey).first.ok()) << "a key it stored already is no new key";
+  const auto [status, reply] = init_key(*worker[0], 102);
+  EXPECT_FALSE(status.ok()) << "a fourth key was stored";
+  EXPECT_NE(status.message().find("PSRT_MAX_KEYS_PER_WORKER=3"), std::string::npos)
+      << status.message();
+  EXPECT_FALSE(server->server.held(102, 0)) << "the refused key is not held";
+}
+
+TEST_F(InitSecurity, AnInitFromARankThatLeftIsRefused) {
+  start(2);
+  // Worker 1 unregisters; its connection to the server stays open.
+  Header bye;
+  bye.type = MsgType::kUnregister;
+  worker[1]->handler.requests.call(*worker[1]->raw.scheduler, bye, {}, "UNREGISTER", 10s);
+  const auto [status, reply] = init_key(*worker[1], 200);
+  EXPECT_FALSE(status.ok()) << "a worker that left stored a key";
+  EXPECT_NE(status.message().find("no longer a live member"), std::string::npos)
+      << status.message();
+  EXPECT_FALSE(server->server.held(200, 0));
+}
+
+// Many authenticated connections of one rank (each could pin a half-sent 4 MiB push) are
+// capped: Admission::max_per_rank.
+TEST_F(InitSecurity, OneRankHoldsAtMostFourConnectionsToAServer) {
+  start(1);
+  std::vector<std::shared_ptr<Peer>> extra;
+  Status refused;
+  for (int i = 0; i < 8 && refused.ok(); ++i) {
+    try {
+      extra.push_back(worker[0]->raw.endpoint->connect(*worker[0]->raw.transport, server->address,
+                                                       worker[0]->rank, Role::kServer, 0, 10s));
+    } catch (const Error& e) {
+      refused = Status(e);
+    }
+  }
+  EXPECT_EQ(extra.size(), 3u) << "connections beside the first one the server accepted";
+  EXPECT_NE(refused.message().find("already holds 4 authenticated connections"), std::string::npos)
+      << refused.message();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "device/cuda_device.h"
+#include "kernels/fused_adam.h"
 #include "kernels/fused_sgd.h"
 #include "psrt/config.h"
 #include "psrt/error.h"
@@ -46,9 +47,11 @@ struct Buffer {
 struct InputSet {
   std::vector<Buffer> grads;
   std::vector<const void*> grad_ptrs;
-  Buffer weights, momentum;
-  InputSet(int n, std::size_t params, std::size_t gsize)
-      : weights(params * sizeof(float)), momentum(params * sizeof(float)) {
+  Buffer weights, momentum, exp_avg_sq;  // exp_avg_sq: Adam only (else empty)
+  InputSet(int n, std::size_t params, std::size_t gsize, bool adam)
+      : weights(params * sizeof(float)),
+        momentum(params * sizeof(float)),
+        exp_avg_sq(adam ? params * sizeof(float) : 0) {
     std::mt19937 rng(42);
     for (int j = 0; j < n; ++j) {
       grads.emplace_back(params * gsize);
@@ -86,26 +89,62 @@ std::pair<std::size_t, std::size_t> part_of(std::size_t n, int part, int parts) 
   return {begin, end - begin};
 }
 
+// The benchmark's optimizer: SGD with momentum and weight decay, or Adam/AdamW (--optimizer).
+OptimizerConfig bench_optimizer(const KernelBenchConfig& c) {
+  OptimizerConfig cfg{.lr = 0.01f,
+                      .momentum = 0.9f,
+                      .dampening = 0.f,
+                      .weight_decay = 1e-4f,
+                      .nesterov = false,
+                      .max_grad_norm = c.max_grad_norm,
+                      .skip_nonfinite = c.skip_nonfinite};
+  if (!kernels::parse_algorithm(c.optimizer, cfg.algorithm))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--optimizer {}: use sgd, adam or adamw", c.optimizer));
+  const bool adam = kernels::is_adam(cfg);
+  if (adam) {
+    cfg.momentum = 0.f;
+    cfg.weight_decay = 1e-2f;
+  }
+  return cfg;
+}
+
+// The ceiling: memcpy of as many bytes as the update reads (`bytes` / 2, at least 64 MiB), same
+// threads, in GB/s; a copy moves twice its size (read + write).
+double copy_ceiling_gbps(const KernelBenchConfig& c, double bytes) {
+  const std::size_t copy_bytes =
+      std::max<std::size_t>(static_cast<std::size_t>(bytes / 2), std::size_t{64} << 20);
+  Buffer src(copy_bytes), dst(copy_bytes);
+  std::vector<double> copies;
+  for (int i = 0; i < c.warmup + std::max(10, c.iters / 5); ++i) {
+    const double t = timed_parallel(c.threads, [&](int part, int parts) {
+      auto [begin, count] = part_of(copy_bytes, part, parts);
+      std::memcpy(dst.data.get() + begin, src.data.get() + begin, count);
+    });
+    if (i >= c.warmup) copies.push_back(t);
+  }
+  return 2.0 * static_cast<double>(copy_bytes) / median(copies) / 1e9;
+}
+
 int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype) {
+  const OptimizerConfig cfg = bench_optimizer(c);
+  const bool adam = kernels::is_adam(cfg);
+  // Per element: weights and one momentum (SGD) or two moments (Adam), each read and written.
+  const std::size_t state_floats = adam ? 3 : 2;
   const std::size_t gsize = kernels::dtype_size(dtype);
-  const std::size_t set_bytes = params * (c.workers * gsize + 2 * sizeof(float));
+  const std::size_t set_bytes = params * (c.workers * gsize + state_floats * sizeof(float));
   // Rotate sets until 256 MiB separate two uses of one set (well past any CPU cache).
   const int sets = static_cast<int>(std::clamp<std::size_t>(
       (std::size_t{256} << 20) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 8));
   std::vector<std::unique_ptr<InputSet>> inputs;
   inputs.reserve(static_cast<std::size_t>(sets));
   for (int s = 0; s < sets; ++s)
-    inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize));
-  const OptimizerConfig cfg{.lr = 0.01f,
-                            .momentum = 0.9f,
-                            .dampening = 0.f,
-                            .weight_decay = 1e-4f,
-                            .nesterov = false,
-                            .max_grad_norm = c.max_grad_norm,
-                            .skip_nonfinite = c.skip_nonfinite};
+    inputs.push_back(std::make_unique<InputSet>(c.workers, params, gsize, adam));
   const kernels::CpuIsa isa = kernels::best_cpu_isa();
 
+  std::uint64_t step = 0;
   auto update = [&](InputSet& in) {
+    ++step;
     return timed_parallel(c.threads, [&](int part, int parts) {
       auto [begin, count] = part_of(params, part, parts);
       std::vector<const void*> g;
@@ -119,6 +158,10 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
       u.dtype = dtype;
       u.count = count;
       u.grad_scale = 1.f / static_cast<float>(c.workers);
+      if (adam) {
+        u.exp_avg_sq = reinterpret_cast<float*>(in.exp_avg_sq.data.get()) + begin;
+        u.step = step;
+      }
       kernels::fused_sgd_cpu(u, cfg, isa);
     });
   };
@@ -129,22 +172,9 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
   }
   const double t_update = median(times);
   const double bytes =
-      static_cast<double>(params) * (static_cast<double>(c.workers * gsize) + 4.0 * sizeof(float));
-
-  // The ceiling: memcpy of as many bytes as the update reads, same threads; a copy moves twice
-  // its size (read + write).
-  const std::size_t copy_bytes =
-      std::max<std::size_t>(static_cast<std::size_t>(bytes / 2), std::size_t{64} << 20);
-  Buffer src(copy_bytes), dst(copy_bytes);
-  std::vector<double> copies;
-  for (int i = 0; i < c.warmup + std::max(10, c.iters / 5); ++i) {
-    const double t = timed_parallel(c.threads, [&](int part, int parts) {
-      auto [begin, count] = part_of(copy_bytes, part, parts);
-      std::memcpy(dst.data.get() + begin, src.data.get() + begin, count);
-    });
-    if (i >= c.warmup) copies.push_back(t);
-  }
-  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / median(copies) / 1e9;
+      static_cast<double>(params) * (static_cast<double>(c.workers * gsize) +
+                                     2.0 * static_cast<double>(state_floats * sizeof(float)));
+  const double copy_gbps = copy_ceiling_gbps(c, bytes);
   const double gbps = bytes / t_update / 1e9;
   nlohmann::json line{{"bench", "kernel"},
                       {"device", "cpu"},
@@ -153,6 +183,7 @@ int run_cpu(const KernelBenchConfig& c, std::size_t params, kernels::DType dtype
                       {"workers", c.workers},
                       {"params", params},
                       {"dtype", c.dtype},
+                      {"optimizer", c.optimizer},
                       {"iters", c.iters},
                       {"us_p50", t_update * 1e6},
                       {"GBps", gbps},
@@ -176,6 +207,10 @@ int run_kernel_bench(const KernelBenchConfig& c) {
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("--device: {}", e.what()));
   }
+  if (where.is_cuda() && c.optimizer != "sgd")
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "--optimizer " + c.optimizer + " times the cpu update only (the cuda bench times SGD)");
   if (where.is_cuda() && (c.max_grad_norm != 0.f || c.skip_nonfinite))
     throw Error(ErrorCode::kInvalidArgument,
                 "--max-grad-norm and --skip-nonfinite time the cpu update only (the cuda bench "

@@ -42,6 +42,9 @@ struct KernelBenchConfig {
   // pre-pass is timed too; with threads > 1 each thread's part is a step of its own.
   float max_grad_norm = 0.f;
   bool skip_nonfinite = false;
+  // cpu: the update's algorithm, sgd (momentum 0.9, weight decay 1e-4) | adam | adamw (betas
+  // 0.9, 0.999, weight decay 1e-2): Adam reads and writes two moments instead of one momentum.
+  std::string optimizer = "sgd";
 };
 
 // Prints one JSON line per config.params on stdout. Throws psrt::Error before printing anything

@@ -5,6 +5,7 @@
 #include "device/cuda_device.h"
 #include "kernel_bench.h"
 #include "psrt/error.h"
+#include "psrt/version.h"
 #include "pushpull_bench.h"
 #include "suite_bench.h"
 #include "transport/factory.h"
@@ -62,12 +63,23 @@ CLI::App* add_pushpull_command(CLI::App& app, psrt::bench::PushPullConfig& pc) {
   pp->add_option("--warmup", pc.warmup, "unmeasured rounds first")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  pp->add_option("--compute-ms", pc.compute_ms,
+                 "a step's compute before each round (a sleep, no core taken)")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
+  pp->add_option("--slow-rank", pc.slow_rank,
+                 "this worker computes --slow-factor times as long (a straggler; -1: none)")
+      ->capture_default_str();
+  pp->add_option("--slow-factor", pc.slow_factor, "the straggler's compute, in --compute-ms")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
   return pp;
 }
 
 CLI::App* add_kernel_command(CLI::App& app, psrt::bench::KernelBenchConfig& kc) {
   auto* kb = app.add_subcommand(
-      "kernel", "the server's fused aggregate+SGD update vs a large copy timed in the same run");
+      "kernel",
+      "the server's fused aggregate+optimizer update vs a large copy timed in the same run");
   kb->add_option("--device", kc.device, "cpu | cuda | cuda:N (cuda is cuda:0)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
@@ -94,6 +106,10 @@ CLI::App* add_kernel_command(CLI::App& app, psrt::bench::KernelBenchConfig& kc) 
       ->capture_default_str();
   kb->add_option("--warmup", kc.warmup, "untimed updates first")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  kb->add_option("--optimizer", kc.optimizer,
+                 "cpu: the update timed: sgd (momentum 0.9) | adam | adamw (two moments)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   kb->add_option("--threads", kc.threads, "cpu: threads the update and the copy are split over")
       ->check(CLI::Range(1, 256))
@@ -123,6 +139,7 @@ CLI::App* add_peer_command(CLI::App& app, PeerConfig& c) {
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   CLI::App app{"psbench: psrt benchmarks; one JSON object per measurement on stdout"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", PSRT_VERSION, "print psrt's version and exit");
   psrt::bench::TransportBenchConfig tc;
   auto* tr = add_transport_command(app, tc);
   psrt::bench::PushPullConfig pc;

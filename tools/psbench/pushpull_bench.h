@@ -15,6 +15,11 @@ struct PushPullConfig {
   int keys = 1;
   int iters = 50;
   int warmup = 5;
+  // A training step's compute before each round's push_pulls (a sleep: it takes no core from
+  // the job), and one worker that takes `slow_factor` times as long (a straggler; -1: none).
+  double compute_ms = 0;
+  int slow_rank = -1;
+  double slow_factor = 2;
 };
 
 int run_pushpull_bench(const PushPullConfig& config);

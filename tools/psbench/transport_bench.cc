@@ -16,7 +16,7 @@
 
 #include "base/log.h"
 #include "peer_process.h"
-#include "ps/auth.h"
+#include "runtime/job_secret.h"
 #include "transport/factory.h"
 #include "transport/wire.h"
 
@@ -246,11 +246,10 @@ class ClientReceiver final : public transport::Receiver {
   std::atomic<bool> finishing_{false};
 };
 
-// The secure mode's secret: PSRT_SECRET, else a fresh one put into PSRT_SECRET so that the peer
-// process started from here inherits it.
+// The secure mode's secret (PSRT_SECRET, PSRT_SECRET_FILE, else a fresh one), put into
+// PSRT_SECRET so that the peer process started from here inherits it.
 std::string bench_secret() {
-  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) return s;
-  std::string secret = ps::generate_secret();
+  std::string secret = runtime::job_secret(runtime::NoSecret::kGenerate);
   ::setenv("PSRT_SECRET", secret.c_str(), 1);
   return secret;
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "psrt/error.h"
+#include "psrt/version.h"
 #include "pstrain/checkpoint.h"
 #include "pstrain/data/dataset.h"
 #include "pstrain/evaluate.h"
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "pseval: evaluates every pstrain checkpoint in a directory on the test set, one "
       "JSON line per checkpoint"};
+  app.set_version_flag("--version", PSRT_VERSION, "print psrt's version and exit");
   app.add_option("--train-dir", a.train_dir, "pstrain's --train-dir")->required();
   app.add_option("--data-dir", a.data_dir,
                  "the test data's directory (default: the one the checkpoint names)");

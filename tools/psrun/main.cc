@@ -17,18 +17,23 @@
 #include "base/interfaces.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
-#include "ps/auth.h"
 #include "ps/consistency.h"
 #include "ps/scheduler.h"
 #include "runtime/env_contract.h"
+#include "runtime/job_secret.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
+#include "runtime/scheduler_process.h"
 #include "runtime/server_process.h"
+#include "runtime/worker_ranks.h"
 #include "tools/psrun/bind.h"
 #include "tools/psrun/checkpoint_signal.h"
+#include "tools/psrun/env_forward.h"
 #include "tools/psrun/host_loss.h"
+#include "tools/psrun/join.h"
 #include "tools/psrun/launch_options.h"
+#include "tools/psrun/observe.h"
 #include "tools/psrun/options.h"
 #include "tools/psrun/preflight_hosts.h"
 #include "tools/psrun/role_from_env.h"
@@ -44,15 +49,6 @@ std::string self_exe() {
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw psrt::Error(psrt::ErrorCode::kSystem, "cannot resolve /proc/self/exe");
   return p.string();
-}
-
-std::string job_secret(const Args& a) {
-  if (!a.secret_file.empty()) return psrt::ps::read_secret_file(a.secret_file);
-  if (const char* s = std::getenv("PSRT_SECRET"); s && *s) {
-    psrt::ps::check_secret_length(s, "PSRT_SECRET");
-    return s;
-  }
-  return psrt::ps::generate_secret();
 }
 
 // Where servers and workers run with --launcher ssh (printed); nullopt for a local job.
@@ -99,6 +95,14 @@ psrt::InterfaceAddress scheduler_interface(const std::string& spec,
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
+// Busy-polling progress threads steal the cores that training computes on when this host runs
+// as many processes as it has cores: they sleep between events then (PSRT_SPIN_US=0), unless
+// PSRT_SPIN_US says otherwise.
+bool progress_threads_sleep(const Args& a) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return !std::getenv("PSRT_SPIN_US") && static_cast<unsigned>(a.workers + a.servers) >= cores;
+}
+
 Env common_env(const Args& a, const std::string& scheduler, const std::string& transport,
                const std::string& secret, bool secure, const std::string& interface) {
   Env common = {
@@ -110,6 +114,9 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_NUM_SERVERS", std::to_string(a.servers)},
       {"PSRT_MODE", a.mode},
       {"PSRT_STALENESS", std::to_string(a.staleness)},
+      {"PSRT_OPTIMIZER", a.optimizer},
+      {"PSRT_BETAS", a.betas},
+      {"PSRT_EPS", fmt::format("{}", a.eps)},
       {"PSRT_LR", fmt::format("{}", a.lr)},
       {"PSRT_MOMENTUM", fmt::format("{}", a.momentum)},
       {"PSRT_DAMPENING", fmt::format("{}", a.dampening)},
@@ -119,24 +126,28 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_SKIP_NONFINITE", a.skip_nonfinite ? "1" : "0"},
       {"PSRT_AGGREGATE", a.aggregate},
       {"PSRT_PARTITION_BYTES", std::to_string(a.partition_bytes)},
+      {"PSRT_SHARDING", a.balanced_cut ? "balanced" : "fixed"},
       {"PSRT_CHECKPOINT_DIR", a.checkpoint_dir},
       {"PSRT_CHECKPOINT_EVERY", std::to_string(a.checkpoint_every)},
       {"PSRT_SERVER_THREADS", std::to_string(a.server_threads)},
       {"PSRT_SERVER_DEVICE", a.server_device},
       {"PSRT_ON_WORKER_LOSS", a.fault.on_worker_loss},
       {"PSRT_REPLICAS", std::to_string(a.replicas)},
+      {"PSRT_BACKUP_WORKERS", std::to_string(a.elastic.backup_workers)},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
-  // Busy-polling progress threads steal the cores that training computes on when this host
-  // runs as many processes as it has cores: let them sleep between events then.
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (!std::getenv("PSRT_SPIN_US") && static_cast<unsigned>(a.workers + a.servers) >= cores) {
-    common.emplace_back("PSRT_SPIN_US", "0");
-    PSRT_LOG_INFO(
-        "{} workers + {} servers on {} cores: progress threads sleep between events "
-        "(PSRT_SPIN_US=0; set it to override)",
-        a.workers, a.servers, cores);
-  }
+  // --env, and PYTHONPATH/CUDA_*/NCCL_* by default: every launcher hands `common` to every
+  // process. A name psrun sets (here, or per process) is refused.
+  std::vector<std::string> reserved = {
+      "PSRT_ROLE",       "PSRT_RANK",          "RANK",
+      "WORLD_SIZE",      "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+      "PSRT_LOCAL_RANK", "PSRT_LOCAL_SIZE",    "PSRT_GPU",
+      "PSRT_PLACE",      "PSRT_RESTART_COUNT", "PSRT_RESUME_ROUND"};
+  for (const auto& kv : common)
+    reserved.push_back(kv.first);
+  for (auto& kv : psrt::psrun::forwarded_env(a.env, environ, reserved))
+    common.push_back(std::move(kv));
+  if (progress_threads_sleep(a)) common.emplace_back("PSRT_SPIN_US", "0");
   return common;
 }
 
@@ -169,6 +180,10 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
     if (placement) p.host = placement->servers[static_cast<std::size_t>(i)];
     job.services.push_back(std::move(p));
   }
+  // torchrun's variables, counting workers per host (runtime/worker_ranks.h).
+  const auto local = psrt::runtime::local_ranks(
+      placement ? placement->workers
+                : std::vector<std::string>(static_cast<std::size_t>(a.workers)));
   for (int i = 0; i < a.workers; ++i) {
     psrt::runtime::ProcessSpec p;
     p.label = fmt::format("worker {}", i);
@@ -176,6 +191,9 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
     p.env = common;
     p.env.emplace_back("PSRT_ROLE", "worker");
     p.env.emplace_back("PSRT_RANK", std::to_string(i));
+    for (auto& kv :
+         psrt::runtime::worker_rank_env(i, a.workers, local[static_cast<std::size_t>(i)]))
+      p.env.push_back(std::move(kv));
     if (placement) p.host = placement->workers[static_cast<std::size_t>(i)];
     job.workers.push_back(std::move(p));
   }
@@ -188,34 +206,6 @@ psrt::runtime::SshOptions ssh_options(const Args& a) {
   o.remote_psrun = self_exe();
   o.keepalive_timeout = psrt::runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
   return o;
-}
-
-psrt::ps::SchedulerConfig scheduler_config(const Args& a, const std::string& transport,
-                                           const psrt::InterfaceAddress& where,
-                                           const std::string& secret, bool secure) {
-  using namespace psrt;
-  ps::SchedulerConfig sc;
-  sc.transport = transport;
-  sc.listen = join_host_port(where.address, a.port);
-  sc.secret = secret;
-  sc.secure = secure;
-  sc.num_servers = static_cast<std::uint32_t>(a.servers);
-  sc.num_workers = static_cast<std::uint32_t>(a.workers);
-  sc.partition_bytes = a.partition_bytes;
-  sc.replicas = static_cast<std::uint32_t>(a.replicas);
-  sc.checkpoint_dir = a.checkpoint_dir;
-  sc.heartbeat_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
-  if (a.fault.on_worker_loss == "continue")
-    sc.worker_loss = ps::SchedulerConfig::WorkerLoss::kContinue;
-  sc.admission = runtime::admission_from_env(static_cast<std::size_t>(a.workers) +
-                                             static_cast<std::size_t>(a.servers));
-  sc.max_keys_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_KEYS_PER_WORKER", 1, 1LL << 40));
-  sc.max_slices_per_worker =
-      static_cast<std::size_t>(runtime::env_int("PSRT_MAX_SLICES_PER_WORKER", 1, 1LL << 40));
-  sc.max_control_per_sec =
-      static_cast<std::uint32_t>(runtime::env_int("PSRT_MAX_CONTROL_PER_SEC", 1, 1LL << 30));
-  return sc;
 }
 
 // The backend that starts the job's servers and workers (--launcher).
@@ -264,6 +254,7 @@ struct Attempt {
   const std::string& interface;
   const psrt::InterfaceAddress& where;
   const std::optional<psrt::psrun::Placement>& placement;
+  const std::optional<psrt::psrun::Observation>& observation;  // live metrics, the report
 };
 
 // One run of the job: a fresh scheduler (which finds the checkpoint round to resume from), the
@@ -274,8 +265,14 @@ int run_attempt(const Attempt& at, int restart) {
   const ps::SchedulerConfig& sc = at.sc;
   ps::Scheduler scheduler(sc);
   Env env = common_env(a, scheduler.address(), at.transport, at.secret, sc.secure, at.interface);
+  if (at.observation) {
+    scheduler.set_observers(at.observation->metrics, at.observation->timeline);
+    if (at.observation->metrics) env.emplace_back("PSRT_METRICS", "1");
+    if (at.observation->timeline) env.emplace_back("PSRT_TIMELINE", "1");
+  }
   env.emplace_back("PSRT_RESTART_COUNT", std::to_string(restart));
   env.emplace_back("PSRT_RESUME_ROUND", std::to_string(scheduler.resume_round()));
+  const psrun::JoinFile join_file(a.elastic.join_file, env);
   if (restart > 0)
     PSRT_LOG_INFO("restart {} of {}: resuming from checkpoint round {}", restart,
                   a.fault.max_restarts, scheduler.resume_round());
@@ -315,7 +312,7 @@ int run(const Args& a) {
   using namespace psrt;
   ps::parse_mode(a.mode);            // validates
   auto placement = placement_of(a);  // moved off lost hosts before a restart
-  const std::string secret = job_secret(a);
+  const std::string secret = runtime::job_secret(runtime::NoSecret::kGenerate, a.secret_file);
   std::string transport = a.transport;
   if (transport.empty()) transport = transport::available_backends().front();
   const std::string interface =
@@ -326,6 +323,11 @@ int run(const Args& a) {
     return psrun::run_preflight(a, transport, where, placement,
                                 placement ? ssh_options(a) : runtime::SshOptions{}, self_exe());
   psrun::check_bind(a);
+  if (progress_threads_sleep(a))
+    PSRT_LOG_INFO(
+        "{} workers + {} servers on {} cores: progress threads sleep between events "
+        "(PSRT_SPIN_US=0; set it to override)",
+        a.workers, a.servers, std::max(1u, std::thread::hardware_concurrency()));
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
@@ -340,13 +342,21 @@ int run(const Args& a) {
     return 0;
   }
 
-  const ps::SchedulerConfig sc = scheduler_config(a, transport, where, secret, secure);
+  // The scheduler reads the variables its servers and workers get (their PSRT_SCHEDULER is not
+  // known yet, and it does not read that one).
+  const ps::SchedulerConfig sc =
+      runtime::scheduler_config(join_host_port(where.address, a.port), secret,
+                                common_env(a, "", transport, secret, secure, interface));
   log::set_prefix("scheduler");
-  Attempt attempt{a, sc, transport, secret, interface, where, placement};
+  psrun::ObserveFlags observe = a.observe;
+  psrun::finish_observe_flags(observe);
+  const auto observation = psrun::start_observation(observe, where.address);
+  Attempt attempt{a, sc, transport, secret, interface, where, placement, observation};
   psrun::install_checkpoint_signal(a.checkpoint_dir);
   for (int restart = 0;; ++restart) {
     const auto started = std::chrono::steady_clock::now();
     const int rc = run_attempt(attempt, restart);
+    if (observation) psrun::finish_observation(observe, *observation);
     // A job that ended, or that psrun was told to stop (128 + the signal), is not restarted.
     if (rc == 0 || rc >= 128 || restart >= a.fault.max_restarts) return rc;
     const double ran =
@@ -393,9 +403,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     psrt::runtime::print_env_help(std::cout);
     return 0;
   }
+  if (!a.elastic.join.empty()) return psrt::psrun::exec_joiner(a.elastic.join, a.command);
   if (auto rc = psrt::psrun::finish_options(app, a, self_exe())) return *rc;
   try {
     psrt::psrun::finish_fault_flags(a.fault, a.launcher);
+    psrt::psrun::finish_elastic_flags(a.elastic, a.mode, a.workers, a.replicas);
     return run(a);
   } catch (const psrt::Error& e) {
     std::cerr << "psrun: " << e.what() << "\n";

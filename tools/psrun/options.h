@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "tools/psrun/elastic_options.h"
 #include "tools/psrun/fault_options.h"
 #include "tools/psrun/launch_options.h"
+#include "tools/psrun/observe.h"
 #include "tools/psrun/ssh_options.h"
 
 namespace CLI {  // NOLINT(readability-identifier-naming): CLI11 names it
@@ -24,12 +26,19 @@ struct Args {
   int servers = 1;
   std::string mode = "sync";
   int staleness = 0;
+  std::string optimizer = "sgd";  // sgd | adam | adamw
   float lr = 0.01f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false;
+  std::string betas = "0.9,0.999";  // Adam/AdamW
+  float eps = 1e-8f;
   float max_grad_norm = 0.f;
   bool skip_nonfinite = false;
   std::string aggregate = "mean";
   std::size_t partition_bytes = std::size_t{4} << 20;
+  // --sharding (PSRT_SHARDING): balanced, or fixed; default balanced unless --partition-bytes
+  // is given.
+  std::string sharding;
+  bool balanced_cut = true;
   std::string checkpoint_dir;
   std::uint64_t checkpoint_every = 0;
   int port = 0;
@@ -40,6 +49,8 @@ struct Args {
   SshFlags ssh;
   tools::EngineFlags engine;  // --mpirun-args, --srun-args
   FaultFlags fault;           // --on-worker-loss
+  ObserveFlags observe;       // --metrics-port, --link-gbps, --report, --json
+  ElasticFlags elastic;       // --backup-workers
   int server_threads = 1;
   int replicas = 1;  // --replicas: 2 keeps every slice on a backup server too
   std::string server_device = "cpu";
@@ -48,6 +59,7 @@ struct Args {
   // Internal, for the hosts of an ssh job's preflight: the name for the table, and the
   // scheduler's address to connect to (with --port) instead of listening.
   std::string preflight_host, preflight_reach;
+  std::vector<std::string> env;  // --env NAME[=VALUE] (tools/psrun/env_forward.h)
   std::vector<std::string> command;
 };
 

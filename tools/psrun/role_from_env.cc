@@ -19,9 +19,11 @@
 #include "psrt/error.h"
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
+#include "runtime/job_secret.h"
 #include "runtime/launch/local_launcher.h"
 #include "runtime/listen_address.h"
 #include "runtime/scheduler_process.h"
+#include "tools/psrun/observe.h"
 
 namespace psrt::tools {
 namespace {
@@ -36,7 +38,7 @@ std::string host_name() {
 std::unique_ptr<ps::Scheduler> host_scheduler(const std::string& address) {
   const auto colon = address.rfind(':');
   const std::string listen = "0.0.0.0:" + address.substr(colon + 1);
-  auto sc = runtime::scheduler_config_from_env(listen, runtime::job_secret_from_env());
+  auto sc = runtime::scheduler_config(listen, runtime::job_secret(runtime::NoSecret::kRefuse));
   log::set_prefix("scheduler");
   auto scheduler = std::make_unique<ps::Scheduler>(sc);
   PSRT_LOG_INFO("scheduler for {} servers and {} workers listening on {}, reached as {}",
@@ -140,7 +142,8 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
                               "(e.g. eth0 or 10.0.0.0/24) or PSRT_HOST",
                               host, job->scheduler));
   }
-  runtime::job_secret_from_env();  // fails here, naming the variables, rather than in a child
+  runtime::job_secret(
+      runtime::NoSecret::kRefuse);  // fails here, naming the variables, rather than in a child
   if (job)
     PSRT_LOG_INFO("{}: global rank {} of {} is {} {} (local {}/{}), scheduler {}", job->engine,
                   job->global_rank, job->world_size, role, rank, job->local_rank, job->local_size,
@@ -150,6 +153,8 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
     scheduler = host_scheduler(job->scheduler);
   else if (job && !scheduler_given)
     wait_for_scheduler(job->scheduler);
+  // PSRT_METRICS_PORT: this rank serves the job's live metrics (before its own process starts).
+  const auto observation = scheduler ? psrun::observe_hosted_scheduler(*scheduler) : std::nullopt;
 
   runtime::JobSpec spec;
   runtime::ProcessSpec p;

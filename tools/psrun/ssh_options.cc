@@ -56,9 +56,10 @@ HostSlots parse_entry(const std::string& entry) {
 void add_ssh_options(CLI::App& app, SshFlags& f) {
   app.add_option("-H,--hosts", f.hosts,
                  "--launcher ssh: hosts and their worker slots, host1:4,host2:4 (slots default "
-                 "1; IPv6 as [fd00::1]:4)");
+                 "1; IPv6 as [fd00::1]:4); --launcher mpi: passed to mpirun as -H");
   app.add_option("--hostfile", f.hostfile,
-                 "--launcher ssh: a file of 'host slots=N' lines (# comments), as mpirun reads");
+                 "--launcher ssh: a file of 'host slots=N' lines (# comments), as mpirun reads; "
+                 "--launcher mpi: passed to mpirun as --hostfile");
   app.add_option("--server-hosts", f.server_hosts,
                  "--launcher ssh: comma-separated hosts for the servers (round-robin; a host not "
                  "in -H runs servers only); default: servers round-robin over the -H hosts");
@@ -67,7 +68,8 @@ void add_ssh_options(CLI::App& app, SshFlags& f) {
                  "-o BatchMode=yes ...; ssh takes the first value of an option)");
   app.add_flag("--dry-run", f.dry_run,
                "--launcher ssh: print the placement and, per host, exactly what would be started "
-               "(the secret hidden), then exit");
+               "(the secret hidden); --launcher mpi or slurm: the mpirun/srun command, the "
+               "variables it passes and the rank layout; then exit");
 }
 
 std::vector<HostSlots> parse_host_list(const std::string& list) {

@@ -3,6 +3,9 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "device/cuda_device.h"
 #include "psrt/error.h"
 
@@ -16,6 +19,30 @@ bool libtorch_has_cuda() {
   } catch (const c10::Error&) {
     return false;
   }
+}
+
+int rank_gpu(int count, const char* psrt_gpu, const char* local_rank) {
+  auto number = [](const char* name, const char* text) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < 0 || v > (1 << 20))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}={} is not a device number (0, 1, ...)", name, text));
+    return static_cast<int>(v);
+  };
+  if (count <= 0) return 0;
+  if (psrt_gpu && *psrt_gpu) {
+    const int gpu = number("PSRT_GPU", psrt_gpu);
+    if (gpu >= count)
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("PSRT_GPU={}, but this process sees {} CUDA device{} (check "
+                              "CUDA_VISIBLE_DEVICES, or pass --device cuda:N)",
+                              gpu, count, count == 1 ? "" : "s"));
+    return gpu;
+  }
+  if (local_rank && *local_rank) return number("PSRT_LOCAL_RANK", local_rank) % count;
+  return 0;
 }
 
 ::torch::Device resolve_device(const std::string& flag) {
@@ -37,6 +64,10 @@ bool libtorch_has_cuda() {
                             "--device cpu",
                             flag, why.empty() ? "no driver or no GPU visible" : why));
   }
+  // "cuda" alone: the GPU this worker's placement names, not every worker of a node on cuda:0.
+  if (flag == "cuda")
+    return {::torch::kCUDA, static_cast<c10::DeviceIndex>(rank_gpu(
+                                count, std::getenv("PSRT_GPU"), std::getenv("PSRT_LOCAL_RANK")))};
   if (spec.index >= count)
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("--device {}: this machine has {} CUDA device{} (cuda:0{})", flag,

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "psrt/error.h"
+#include "psrt/version.h"
 #include "pstrain/options.h"
 #include "pstrain/trainer.h"
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
       "Run it under psrun (psrun -n 2 -- pstrain --model lenet), or alone with --no-ps.\n"
       "Prints a JSON summary line on rank 0 at the end."};
   psrt::pstrain::add_train_options(app, options);
+  app.set_version_flag("--version", PSRT_VERSION, "print psrt's version and exit");
   CLI11_PARSE(app, argc, argv);
   try {
     psrt::pstrain::train(options);

@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "kernels/fused_adam.h"
 #include "psrt/psrt.h"
 #include "psrt/torch.h"
 #include "pstrain/optimizer.h"
@@ -43,6 +44,13 @@ class DistributedSgd final : public TrainOptimizer {
                .dampening = o_.dampening,
                .weight_decay = o_.weight_decay,
                .nesterov = o_.nesterov};
+    if (o_.optimizer != "sgd") {  // Adam/AdamW: betas replace SGD's momentum
+      (void)kernels::parse_algorithm(o_.optimizer, opt.sgd.algorithm);  // validate() checked it
+      opt.sgd.momentum = opt.sgd.dampening = 0.f;
+      opt.sgd.beta1 = o_.beta1();
+      opt.sgd.beta2 = o_.beta2();
+      opt.sgd.eps = o_.eps;
+    }
     opt.grad_type = grad_type_of(o_.grad_dtype);
     opt.push_credit_bytes = static_cast<std::size_t>(o_.push_credit);
     dist_.emplace(worker_, model, opt);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "device/cuda_device.h"
+#include "kernels/fused_adam.h"
 #include "psrt/error.h"
 
 namespace psrt::pstrain {
@@ -25,10 +26,17 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "samples per step per worker")
       ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd | adam | adamw: torch.optim's, on the servers (and in --no-ps)")
+      ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
-  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum (sgd only)")->capture_default_str();
+  app.add_option("--betas", o.betas, "Adam/AdamW betas as B1,B2")->capture_default_str();
+  app.add_option("--eps", o.eps, "Adam/AdamW eps")->capture_default_str();
   app.add_option("--dampening", o.dampening, "SGD dampening")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay,
+                 "weight decay: L2 for sgd and adam, decoupled for adamw")
+      ->capture_default_str();
   app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
   app.add_option("--lr-schedule", o.lr_schedule,
                  "none | step (x0.1 at 50% and 75% of the steps) | cosine (to 0 at the end)")
@@ -49,9 +57,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--no-ps", o.no_ps,
                "train in this process with torch::optim::SGD (the single-machine baseline)");
-  app.add_option("--device", o.device,
-                 "where the model trains and evaluates: cpu, cuda (= cuda:0) or cuda:N (needs a "
-                 "CUDA LibTorch)")
+  app.add_option(
+         "--device", o.device,
+         "where the model trains and evaluates: cpu, cuda (this worker's GPU: PSRT_GPU, else "
+         "the worker-local rank) or cuda:N (needs a CUDA LibTorch)")
       ->capture_default_str();
   app.add_option("--metrics", o.metrics,
                  "write per-step metrics as JSON lines to FILE (rank 0; '{rank}' in FILE makes "
@@ -70,6 +79,18 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
 }
 
+float TrainOptions::beta1() const {
+  OptimizerConfig c;
+  (void)kernels::parse_betas(betas, c);
+  return c.beta1;
+}
+
+float TrainOptions::beta2() const {
+  OptimizerConfig c;
+  (void)kernels::parse_betas(betas, c);
+  return c.beta2;
+}
+
 void validate(const TrainOptions& o) {
   auto bad = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); };
   if (o.epochs < 1) bad(fmt::format("--epochs {}: must be at least 1", o.epochs));
@@ -82,6 +103,18 @@ void validate(const TrainOptions& o) {
       bad("--momentum, --dampening and --weight-decay must be finite numbers >= 0");
   if (o.nesterov && (o.momentum <= 0.f || o.dampening != 0.f))
     bad("--nesterov needs --momentum > 0 and --dampening 0");
+  OptimizerConfig adam;
+  if (!kernels::parse_algorithm(o.optimizer, adam.algorithm))
+    bad(fmt::format("--optimizer '{}': use sgd, adam or adamw", o.optimizer));
+  if (!kernels::parse_betas(o.betas, adam))
+    bad(fmt::format("--betas '{}': use B1,B2 (e.g. 0.9,0.999)", o.betas));
+  if (o.optimizer != "sgd" &&
+      !(adam.beta1 >= 0.f && adam.beta1 < 1.f && adam.beta2 >= 0.f && adam.beta2 < 1.f))
+    bad(fmt::format("--betas {}: each beta must be in [0, 1)", o.betas));
+  if (o.optimizer != "sgd" && !(o.eps > 0.f && std::isfinite(o.eps)))
+    bad(fmt::format("--eps {}: must be a finite number > 0", o.eps));
+  if (o.optimizer != "sgd" && o.nesterov)
+    bad(fmt::format("--nesterov is SGD's; --optimizer {} takes --betas", o.optimizer));
   if (o.lr_schedule != "none" && o.lr_schedule != "step" && o.lr_schedule != "cosine")
     bad(fmt::format("--lr-schedule '{}': use none, step or cosine", o.lr_schedule));
   if (o.eval_every < 0 || o.checkpoint_every < 0 || o.log_every < 1)

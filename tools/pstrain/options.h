@@ -13,9 +13,12 @@ struct TrainOptions {
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;  // 0 = epochs decide
   // Defaults: LeNet on Fashion-MNIST, >= 0.89 test accuracy in 5 epochs with 4 workers.
-  std::int64_t batch_size = 16;  // per worker
+  std::int64_t batch_size = 16;   // per worker
+  std::string optimizer = "sgd";  // sgd | adam | adamw
   float lr = 0.04f;
-  float momentum = 0.9f;
+  float momentum = 0.9f;            // sgd only
+  std::string betas = "0.9,0.999";  // adam, adamw: B1,B2
+  float eps = 1e-8f;                // adam, adamw
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
@@ -34,6 +37,10 @@ struct TrainOptions {
   bool digest = false;                               // weights digest in every metrics line
   std::int64_t log_every = 50;  // steps between log lines when not on a terminal
   std::int64_t synthetic_size = 4096;
+
+  // --betas' two values (validate() checked that it parses).
+  float beta1() const;
+  float beta2() const;
 };
 
 // Declares every flag on `app`, with its default and documentation.

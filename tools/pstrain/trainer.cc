@@ -191,6 +191,12 @@ TrainRun::TrainRun(const TrainOptions& o)
   if (!o.no_ps && runtime::env_string("PSRT_MODE") == "sync") {
     job_dir_ = runtime::env_string("PSRT_CHECKPOINT_DIR");
     if (!job_dir_.empty()) job_every_ = runtime::env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40);
+    // A job checkpoint's round is every worker's step; a straggler's dropped rounds break that.
+    if (!job_dir_.empty() && runtime::env_int("PSRT_BACKUP_WORKERS", 0, 4095) > 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "pstrain's job checkpoints (psrun --checkpoint-dir) take a worker's step for the "
+                  "servers' round, which --backup-workers breaks (a straggler's rounds are "
+                  "dropped): use one of them (docs/elastic.md)");
   }
   // A job resumed from a job checkpoint continues from its round, whatever --train-dir holds.
   if (!job_dir_.empty() && opt_->resume_round() > 0)

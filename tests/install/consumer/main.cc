@@ -1,4 +1,4 @@
-// The README's example: a complete psrt worker. Each worker fits w to a target by SGD on
+// docs/cpp-api.md's example: a complete psrt worker. Each worker fits w to a target by SGD on
 // 0.5 * |w - target|^2 through the parameter servers; psrun runs N copies of it.
 //   psrun -n 2 -- ./consumer
 #include <psrt/psrt.h>

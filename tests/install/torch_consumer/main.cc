@@ -1,4 +1,4 @@
-// The README's LibTorch example: a two-layer network fits a linear target through the
+// docs/cpp-api.md's LibTorch example: a two-layer network fits a linear target through the
 // parameter servers. psrun runs N copies; each draws its own batches.
 //   psrun -n 2 -- ./torch_consumer
 #include <psrt/psrt.h>
