@@ -27,10 +27,11 @@ build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
 # --progress: on a terminal, one updating line instead of two per test; failures and the summary
-# still print (and everything does when the output is not a terminal, as in CI).
+# still print (and everything does when the output is not a terminal, as in CI). -j$(JOBS): most
+# tests wait on processes, sockets and timeouts more than they compute.
 # The package tests (label package) install what `make package` made into a clean Debian 12 root.
 test: deps-dev build package
-	@ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error
+	@ctest --test-dir $(BUILD) -j$(JOBS) --output-on-failure --progress --timeout 300 --no-tests=error
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer in one build (half the compile time of one build each). sanitize_tests (tests/CMakeLists.txt) builds every test program
@@ -43,10 +44,10 @@ test-sanitize: deps-dev
 	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=address,undefined \
 	  $(CMAKE_ARGS) >/dev/null && \
 	  cmake --build $(BUILD)-asan -j$(JOBS) --target sanitize_tests && \
-	  ctest --test-dir $(BUILD)-asan --output-on-failure --timeout 300 -L '$(SANITIZE_LABELS)'
+	  ctest --test-dir $(BUILD)-asan -j$(JOBS) --output-on-failure --timeout 300 -L '$(SANITIZE_LABELS)'
 	@cmake -S . -B $(BUILD)-thread -DCMAKE_BUILD_TYPE=Debug -DPSRT_SANITIZE=thread $(CMAKE_ARGS) >/dev/null && \
 	  cmake --build $(BUILD)-thread -j$(JOBS) --target tsan_tests && \
-	  ctest --test-dir $(BUILD)-thread --output-on-failure --timeout 300 -L tsan
+	  ctest --test-dir $(BUILD)-thread -j$(JOBS) --output-on-failure --timeout 300 -L tsan
 
 # The libFuzzer targets (tests/fuzz; clang, ASan and UBSan), each run for FUZZ_SECONDS from its
 # checked-in seeds. Fails on the first crash, sanitizer report, leak or input slower than 10 s,

@@ -2,10 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <ranges>
 
 #include "psrt/error.h"
 
@@ -167,8 +167,9 @@ Error malformed(const char* name, const std::string& value, const char* want) {
 std::string env_string(const char* name, const JobEnv& job) {
   const EnvVar& v = declared(name);
   // The last setting wins, as in the environment a launcher builds from `job`.
-  for (const auto& [key, value] : std::views::reverse(job))
-    if (key == name) return value.empty() ? v.fallback : value;
+  const auto last = std::find_if(job.rbegin(), job.rend(),
+                                 [name](const auto& setting) { return setting.first == name; });
+  if (last != job.rend()) return last->second.empty() ? v.fallback : last->second;
   if (const char* s = std::getenv(name); s && *s) return s;
   return v.fallback;
 }
