@@ -1,5 +1,5 @@
-// A slice's optimizer state on a server: one fp32 array (Server::Slice::momentum), laid out by the
-// algorithm, so that checkpoints (ps/checkpoint.h) and replicas (ps/server_replica.h) carry it
+// A slice's optimizer state on a server: one fp32 array (served::Slice::momentum), laid out by the
+// algorithm, so that checkpoints (ps/checkpoint.h) and replicas (ps/replica_link.h) carry it
 // byte for byte whatever the optimizer:
 //   SGD, momentum != 0:  count momentum values (empty until the first applied step)
 //   SGD, momentum == 0:  empty

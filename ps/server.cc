@@ -3,21 +3,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <bit>
-#include <cassert>
 #include <cmath>
-#include <cstdio>
 
-#include "base/exception_status.h"
 #include "base/log.h"
-#include "kernels/dispatch.h"
 #include "ps/backup_log.h"
 #include "ps/checkpoint.h"
-#include "ps/job_checkpoint.h"
 #include "ps/metric_hooks.h"
-#include "ps/optimizer_state.h"
 #include "ps/server_device.h"
-#include "ps/server_replica.h"
 #include "ps/shard_map.h"
 
 namespace psrt::ps {
@@ -39,28 +31,40 @@ Server::Server(ServerConfig config)
                                         e.what()));
     }
   }
-  if (!config_.trace_path.empty()) {
-    trace_ = std::fopen(config_.trace_path.c_str(), "a");
-    if (!trace_)
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("cannot open the trace file '{}'", config_.trace_path));
-  }
-  if (!gpu_ && config_.threads > 1)
-    splitter_ = std::make_unique<WorkQueue<std::function<void()>>>(
-        config_.threads - 1, [](std::function<void()>& part) { part(); });
-  pool_ = std::make_unique<WorkQueue<Update>>(config_.threads,
-                                              [this](Update& u) { run_update_or_stop(u); });
+  UpdateStage::Config stage;
+  stage.mode = config_.mode;
+  stage.staleness = config_.staleness;
+  stage.backup_workers = config_.backup_workers;
+  stage.average = config_.average;
+  stage.checkpoint_dir = config_.checkpoint_dir;
+  stage.checkpoint_every = config_.checkpoint_every;
+  stage.threads = config_.threads;
+  stage.trace_path = config_.trace_path;
+  stage.on_device = gpu_ != nullptr;
+  stage_ = std::make_unique<UpdateStage>(std::move(stage), static_cast<UpdateStage::Owner&>(*this));
 }
 
 Server::~Server() {
-  if (replica_) replica_->connector.stop();
+  if (link_) link_->stop();
   stop();
-  if (trace_) std::fclose(trace_);
 }
 
 void Server::stop() {
-  if (pool_) pool_->stop();
-  if (splitter_) splitter_->stop();
+  if (stage_) stage_->stop();
+}
+
+void Server::enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
+                             std::uint32_t self_rank, std::chrono::milliseconds connect_timeout) {
+  if (gpu_)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--replicas 2 needs cpu servers: a cuda server (--server-device) does not "
+                "replicate its slices");
+  link_ = std::make_unique<ReplicaLink>(std::move(endpoint), t, self_rank, connect_timeout,
+                                        static_cast<ReplicaLink::Owner&>(*this));
+  link_->before_replicating = [this](std::uint32_t lost) {
+    if (before_replicating) before_replicating(lost);
+  };
+  stage_->set_replica_link(link_.get());
 }
 
 Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
@@ -70,7 +74,14 @@ Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
 }
 
 std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) {
-  if (role == Role::kServer) return primary_credential(rank);
+  if (role == Role::kServer) {
+    if (!link_)
+      throw refuse(ErrorCode::kAuthentication,
+                   fmt::format("server {} connects to a server started without replicas, which "
+                               "accepts no server",
+                               rank));
+    return link_->primary_credential(rank);
+  }
   if (role != Role::kWorker) return std::nullopt;  // ps/permissions.h allows it nothing
   std::lock_guard lock(members_mu_);
   auto it = credentials_.find(rank);
@@ -212,7 +223,12 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
 }
 
 transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
-  if (peer.role() == Role::kServer) return place_replica(peer, h, size);
+  if (peer.role() == Role::kServer) {
+    if (!link_)
+      throw refuse(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
+                                                     to_string(h.type), peer.name()));
+    return link_->place(peer, h, size);
+  }
   InFlight in;
   if (h.type == MsgType::kInit) {
     check_live_worker(peer, h);
@@ -270,7 +286,12 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     if (node.empty()) throw refuse(ErrorCode::kInternal, "payload without a placement");
     return std::move(node.mapped());
   };
-  if (peer.role() == Role::kServer) return on_replica_message(peer, h, payload);
+  if (peer.role() == Role::kServer) {
+    if (!link_)
+      throw refuse(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
+                                                     to_string(h.type), peer.name()));
+    return link_->on_message(peer, h, payload);
+  }
   switch (h.type) {
     case MsgType::kInit: {
       InFlight in = take();
@@ -319,11 +340,14 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     case MsgType::kReplicaSet:
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "REPLICA_SET from a non-scheduler");
-      return on_replica_set(peer, h, payload);
+      if (!link_)
+        return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                               "REPLICA_SET to a server started without replicas", false);
+      return link_->on_replica_set(peer, h, payload);
     default:
       // The registration's credential: proven to the backup this server replicates to.
-      if (peer.role() == Role::kScheduler && h.type == MsgType::kRegisterReply && replica_)
-        replica_->endpoint->set_credential(credential_of(h));
+      if (peer.role() == Role::kScheduler && h.type == MsgType::kRegisterReply && link_)
+        link_->set_credential(credential_of(h));
       if (peer.role() == Role::kScheduler && on_control) return on_control(h, payload);
       throw refuse(ErrorCode::kProtocol,
                    fmt::format("a server does not accept {}", to_string(h.type)));
@@ -395,8 +419,8 @@ void Server::on_init(Peer& peer, const Header& h, InFlight& in) {
     r.round = s->version;
   }
   // With replicas the stored value is on the backup before the worker hears of it.
-  if (stored && replica_)
-    return replicate_slice(*s, [p = peer.shared_from_this(), r] { p->send(r); });
+  if (stored && link_)
+    return link_->replicate_slice(*s, [p = peer.shared_from_this(), r] { p->send(r); });
   peer.send(r);
 }
 
@@ -447,20 +471,6 @@ void Server::arrived_locked(Slice& s) {
   if (s.arriving > 0) --s.arriving;
 }
 
-std::string Server::bad_grads(const Slice& s, const Update& u) {
-  const WireType dtype = u.grads.front().dtype;
-  for (std::size_t i = 0; i < u.grads.size(); ++i) {
-    const GradBuf& g = u.grads[i];
-    if (g.dtype != dtype || g.size != s.count * wire_size(dtype))
-      return fmt::format(
-          "key {} slice {}: the gradient of worker {} is {} bytes of {}, but the "
-          "update reads {} bytes of {}",
-          s.key, s.index, u.ranks[i], g.size, to_string(g.dtype), s.count * wire_size(dtype),
-          to_string(dtype));
-  }
-  return {};
-}
-
 void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
   Slice& s = *in.slice;
   const auto rank = peer.rank();
@@ -479,7 +489,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
     std::lock_guard lock(s.mu);
     arrived_locked(s);
     auto w = s.workers.find(rank);
-    if (replica_ && w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
+    if (link_ && w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
       // A push re-sent after its server was lost (replicas: round = the worker's push number on
       // the slice) that this slice already holds: acknowledged, not applied again.
       member = true;
@@ -559,40 +569,6 @@ std::vector<Server::PullWaiter> Server::ready_waiters_locked(Slice& s) {
   return ready;
 }
 
-std::optional<Server::Update> Server::next_update_locked(Slice& s) {
-  if (s.busy || s.workers.empty()) return std::nullopt;
-  const std::optional<bool> into_spare = update_buffer_locked(s);
-  if (!into_spare) return std::nullopt;
-  std::vector<WorkerClock> clocks;
-  clocks.reserve(s.workers.size());
-  for (const auto& [rank, w] : s.workers)
-    clocks.push_back(clock_locked(s, rank, w));
-  auto ranks = next_update(config_.mode, config_.staleness, clocks, config_.backup_workers);
-  if (ranks.empty()) return std::nullopt;
-  Update u;
-  u.slice = &s;
-  u.slowest = UINT64_MAX;
-  for (const auto& c : clocks)
-    u.slowest = std::min(u.slowest, c.applied);
-  for (auto r : ranks) {
-    auto& w = s.workers.at(r);
-    u.grads.push_back(std::move(w.queued.front()));
-    w.queued.pop_front();
-    u.clocks.push_back(w.applied);
-  }
-  u.ranks = std::move(ranks);
-  if (metrics_on()) {
-    std::vector<MetricsClock::time_point> arrived;
-    for (const auto& g : u.grads)
-      arrived.push_back(g.arrived);
-    update_taken(config_.mode, u.ranks, arrived, u.clocks, u.slowest);
-  }
-  u.into_spare = *into_spare;
-  s.busy = true;
-  s.into_spare = *into_spare;
-  return u;
-}
-
 void Server::send_pull_replies(Slice& s, std::vector<PullWaiter> ready) {
   for (auto& w : ready) {
     if (w.out) {
@@ -639,175 +615,48 @@ void Server::after_change(Slice& s) {
     std::lock_guard lock(s.mu);
     drop_late_locked(s);
     ready = ready_waiters_locked(s);
-    u = next_update_locked(s);
+    u = stage_->next_locked(s);
   }
   if (!ready.empty()) send_pull_replies(s, std::move(ready));
-  if (u) submit(std::move(*u));
+  if (u) stage_->submit(std::move(*u));
 }
 
-void Server::submit(Update u) {
-  if (run_inline(u)) return;
-  // Refused only once stop() began: the job is ending, and the slice stays busy.
-  (void)pool_->push(std::move(u));
+OptimizerConfig Server::optimizer() {
+  std::lock_guard lock(sgd_mu_);
+  return config_.sgd;
 }
 
-void Server::run_update(Update& u) {
-  const auto started = metrics_now();
-  Slice& s = *u.slice;
-  OptimizerConfig cfg;
-  {
-    std::lock_guard lock(sgd_mu_);
-    cfg = config_.sgd;
-  }
-  if (u.grads.front().lr > 0.f) cfg.lr = u.grads.front().lr;
-  std::uint64_t version;
-  {
-    std::lock_guard lock(s.mu);
-    assert(s.busy && "an update runs only on a slice next_update_locked() marked busy");
-    assert((u.into_spare ? s.spare_readers : s.readers) == 0 &&
-           "an update never writes a buffer a pull reply reads");
-    version = s.version + 1;
-  }
-  const bool cadence =
-      may_checkpoint() && config_.checkpoint_every > 0 && version % config_.checkpoint_every == 0;
-  const bool checkpoint_due =
-      cadence || (may_checkpoint() && checkpoint_requested(config_.checkpoint_dir, version));
-  // Only this thread touches weights and momentum while the slice is busy (no pull reply is in
-  // flight either), so the update runs without the slice lock (server.h, "The one access
-  // without a lock"; asserted above).
-  kernels::StepResult result;
-  std::string bad = bad_grads(s, u);
-  try {
-    if (!bad.empty()) {
-      // admit_push_locked keeps this from happening; if it did, reading on would read past a
-      // buffer or misread one. Nothing is applied, and the server stops the job below.
-      PSRT_LOG_ERROR("update of key {} slice {} not applied: {}", s.key, s.index, bad);
-    } else if (s.update != KeyUpdate::kOptimizer) {
-      result = aggregate_only(s, u);
-    } else if (gpu_) {
-      result = update_on_device(s, u, cfg, checkpoint_due);
-    } else {
-      // The optimizer state (SGD's momentum, Adam's moments and step count; ps/optimizer_state.h).
-      StateUpdate state(s.momentum, s.count, version - 1, cfg,
-                        fmt::format("key {} slice {}", s.key, s.index));
-      std::vector<const void*> grads;
-      for (const auto& g : u.grads)
-        grads.push_back(std::get<HostGrad>(g.where).data.get());
-      const float* source = nullptr;
-      float* target = update_target(s, u, &source);
-      kernels::SliceUpdate k = slice_update(s, u, grads, target, nullptr, false);
-      state.attach(k);
-      k.weights_in = source;
-      result = apply_host_update(k, cfg);
-      state.finish(result);
-    }
-  } catch (...) {
-    // Whatever failed (a kernel error, no memory for the momentum buffer), the round is not in
-    // the weights: the server stops the job below rather than serve them as if it were.
-    bad = current_exception_status(fmt::format("update of key {} slice {}", s.key, s.index))
-              .message();
-    PSRT_LOG_ERROR("{}", bad);
-  }
-  if (result.skipped)
-    PSRT_LOG_WARN(
-        "key {} slice {} version {}: the aggregated gradient holds a NaN or an "
-        "infinity (norm {}); update skipped, weights and momentum unchanged",
-        s.key, s.index, version, result.grad_norm);
-  if (checkpoint_due && bad.empty()) write_checkpoint(s, u, version, cadence, result.skipped);
-  const bool optimizer = s.update == KeyUpdate::kOptimizer;
-  trace(u, version, optimizer && kernels::needs_prepass(cfg) ? &result : nullptr);
-  update_done(started, s.key, s.index, version);
-  // Workers would go on from weights that miss this round: the job must not end as a success.
-  if (!bad.empty())
-    stop_job(Status(ErrorCode::kInternal, "an update could not be applied: " + bad));
-  const bool written = bad.empty() && !result.skipped;
-  if (replica_ && bad.empty()) return replicate_update(u, version, written);
-  finish_update(u, version, written);
+std::vector<Server::Slice*> Server::slices() {
+  std::vector<Slice*> all;
+  std::shared_lock lock(slices_mu_);
+  for (auto& [id, s] : slices_)
+    all.push_back(s.get());
+  return all;
 }
 
-void Server::write_checkpoint(const Slice& s, const Update& u, std::uint64_t version, bool cadence,
-                              bool skipped) {
-  try {
-    // An update into `spare` has not swapped yet: the new weights are there.
-    write_slice_checkpoint(config_.checkpoint_dir, s.key, {0, s.index, s.offset, s.count}, s.total,
-                           version, u.into_spare && !skipped ? s.spare : s.weights, s.momentum);
-    if (cadence && version > 2 * config_.checkpoint_every)
-      remove_slice_checkpoint(config_.checkpoint_dir, version - 2 * config_.checkpoint_every, s.key,
-                              s.index);
-  } catch (const Error& e) {
-    PSRT_LOG_ERROR("checkpoint of key {} slice {} at version {} failed: {}", s.key, s.index,
-                   version, e.what());
-  }
+std::set<std::uint32_t> Server::members() {
+  std::lock_guard lock(members_mu_);
+  return members_;
 }
 
-void Server::finish_update(Update& u, std::uint64_t version, bool written) {
-  Slice& s = *u.slice;
-  {
-    std::lock_guard lock(s.mu);
-    publish_weights_locked(s, u, written);
-    s.version = version;
-    note_round_locked(s, u, version);
-    for (std::size_t i = 0; i < u.ranks.size(); ++i) {
-      auto w = s.workers.find(u.ranks[i]);
-      if (w != s.workers.end()) w->second.applied++;
-      if (u.grads[i].reusable() && s.free.size() < s.workers.size() + 2)
-        s.free.push_back(std::move(u.grads[i]));
-    }
-    s.busy = false;
-  }
-  // A PUSH_IPC's gradient has been read: the worker may write it again.
-  for (auto& g : u.grads) {
-    const auto* ipc = std::get_if<IpcGrad>(&g.where);
-    if (!ipc || !ipc->ack_peer) continue;
-    Header ack;
-    ack.type = MsgType::kPushAck;
-    ack.request_id = ipc->ack_request;
-    ipc->ack_peer->send(ack);
-  }
-  after_change(s);
+bool Server::adopt(std::unique_ptr<Slice> s) {
+  std::unique_lock lock(slices_mu_);
+  auto& slot = slices_[{s->key, s->index}];
+  if (slot) return false;
+  slot = std::move(s);
+  return true;
 }
 
-kernels::SliceUpdate Server::slice_update(const Slice& s, const Update& u,
-                                          const std::vector<const void*>& grads, float* weights,
-                                          float* momentum, bool first_step) const {
-  kernels::SliceUpdate k;
-  k.weights = weights;
-  k.momentum = momentum;
-  k.grads = grads.data();
-  k.num_grads = static_cast<int>(grads.size());
-  k.dtype = to_grad_type(u.grads.front().dtype);
-  k.count = s.count;
-  k.grad_scale = config_.average ? 1.f / static_cast<float>(grads.size()) : 1.f;
-  k.first_step = first_step;
-  return k;
+std::optional<Server::SliceView> Server::held(std::uint64_t key, std::uint32_t index) {
+  Slice* s = find(key, index);
+  if (!s) return std::nullopt;
+  std::lock_guard lock(s->mu);
+  return SliceView{s->version, s->weights, s->momentum};
 }
 
-void Server::trace(const Update& u, std::uint64_t version, const kernels::StepResult* step) {
-  if (!trace_) return;
-  std::string ranks, clocks;
-  for (std::size_t i = 0; i < u.ranks.size(); ++i) {
-    ranks += fmt::format("{}{}", i ? "," : "", u.ranks[i]);
-    clocks += fmt::format("{}{}", i ? "," : "", u.clocks[i]);
-  }
-  // The guard's and clipping's outcome, when the config asked for them. JSON has no NaN or
-  // infinity, so a non-finite norm is written as null.
-  std::string guard;
-  if (step) {
-    guard = std::isfinite(step->grad_norm) ? fmt::format(",\"grad_norm\":{}", step->grad_norm)
-                                           : std::string(",\"grad_norm\":null");
-    if (step->clipped) guard += fmt::format(",\"clip_coef\":{}", step->clip_coef);
-    if (step->skipped) guard += ",\"skipped\":true";
-  }
-  // The update wrote the spare buffer: replies of the previous version were still sending.
-  if (u.into_spare) guard += ",\"into_spare\":true";
-  std::lock_guard lock(trace_mu_);
-  std::fprintf(trace_,
-               "{\"key\":%llu,\"slice\":%u,\"version\":%llu,\"ranks\":[%s],\"clocks\":[%s],"
-               "\"slowest\":%llu%s}\n",
-               static_cast<unsigned long long>(u.slice->key), u.slice->index,
-               static_cast<unsigned long long>(version), ranks.c_str(), clocks.c_str(),
-               static_cast<unsigned long long>(u.slowest), guard.c_str());
-  std::fflush(trace_);
+std::optional<Server::SliceView> Server::copy(std::uint64_t key, std::uint32_t index) {
+  if (!link_) return std::nullopt;
+  return link_->copy(key, index);
 }
 
 void Server::set_members(const std::vector<std::uint32_t>& ranks) {
@@ -866,7 +715,7 @@ void Server::on_peer_closed(Peer& peer, const Status& why) {
     std::lock_guard lock(in.slice->mu);
     arrived_locked(*in.slice);
   }
-  replica_peer_closed(peer, why);
+  if (link_) link_->peer_closed(peer, why);
   if (peer.role() == Role::kScheduler)
     stop_job(Status(ErrorCode::kPeerFailed, "lost the scheduler: " + why.message()));
 }

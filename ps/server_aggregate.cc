@@ -1,10 +1,8 @@
 // Aggregate-only keys (psrt/key_update.h): a round's value is the mean or the sum of its
-// gradients, with no optimizer. The fused update computes it: from weights of zero, with
-// learning rate -1 and nothing else, its spec (kernels/fused_sgd.h) gives w = 0 - (-1 * g) = g,
-// the aggregated gradient, bit for bit.
+// gradients, with no optimizer. What a server refuses of them; their update is
+// UpdateStage::aggregate_only (ps/update_stage.cc).
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <string_view>
 
 #include "ps/server.h"
@@ -36,21 +34,6 @@ void Server::check_aggregate_init(const Header& h) const {
                 fmt::format("init of key {} as {}: aggregate-only keys run on cpu servers; run "
                             "with --server-device cpu",
                             h.key, to_string(static_cast<KeyUpdate>(h.key_update()))));
-}
-
-kernels::StepResult Server::aggregate_only(Slice& s, const Update& u) {
-  std::vector<const void*> grads;
-  grads.reserve(u.grads.size());
-  for (const auto& g : u.grads)
-    grads.push_back(std::get<HostGrad>(g.where).data.get());
-  const float* source = nullptr;
-  float* target = update_target(s, u, &source);
-  std::fill_n(target, s.count, 0.f);
-  kernels::SliceUpdate k = slice_update(s, u, grads, target, nullptr, false);
-  k.grad_scale = s.update == KeyUpdate::kMean ? 1.f / static_cast<float>(grads.size()) : 1.f;
-  OptimizerConfig sum_only;  // no momentum, weight decay, clipping or guard
-  sum_only.lr = -1.f;
-  return apply_host_update(k, sum_only);
 }
 
 }  // namespace psrt::ps

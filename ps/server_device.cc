@@ -111,9 +111,9 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const Optimize
       throw Error(ErrorCode::kInternal, "a gradient in host memory reached the device update");
     }
   }
-  const kernels::SliceUpdate k =
-      slice_update(s, u, grads, static_cast<float*>(s.d_weights.data()),
-                   s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
+  const kernels::SliceUpdate k = stage_->slice_update(
+      s, u, grads, static_cast<float*>(s.d_weights.data()),
+      s.d_momentum ? static_cast<float*>(s.d_momentum.data()) : nullptr, first_step);
   kernels::StepResult result;
   try {
     result = kernels::apply_update(k, cfg, MemoryType::kCuda, gpu.compute.handle());
@@ -122,7 +122,8 @@ kernels::StepResult Server::update_on_device(Slice& s, Update& u, const Optimize
     if (first_step) s.d_momentum = device::DeviceMemory();
     throw;
   }
-  // A skipped first step wrote nothing: the buffer stays "not yet initialised" (see run_update).
+  // A skipped first step wrote nothing: the buffer stays "not yet initialised" (see
+  // UpdateStage::run).
   if (result.skipped && first_step) s.d_momentum = device::DeviceMemory();
   if (!gpu.transport_cuda)
     device::copy_async(s.mirror.data(), s.d_weights.data(), bytes, gpu.compute);

@@ -1,4 +1,4 @@
-// Server replicas (ps/server_replica.h) in one process: a scheduler with --replicas 2, two
+// Server replicas (ps/replica_link.h) in one process: a scheduler with --replicas 2, two
 // servers over real TCP on 127.0.0.1 and two psrt::Workers. After every round a worker has seen,
 // each slice's copy on its backup equals the slice on its primary bit for bit (weights, momentum
 // and version), in sync and async mode, with momentum and weight decay on.

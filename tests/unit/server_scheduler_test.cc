@@ -358,7 +358,7 @@ void init_key(TestWorker& w, std::uint64_t key, std::size_t count, float value) 
   ASSERT_TRUE(status.ok()) << status.message();
 }
 
-// The pipeline (ps/server_pipeline.cc): an update does not wait for a reply still sending the
+// The pipeline (ps/update_stage.h): an update does not wait for a reply still sending the
 // previous version to another worker, and never writes the buffer that reply is sent from.
 TEST_F(ServerSchedulerTest, AnUpdateNeitherWaitsForNorTearsAReplyInFlight) {
   start(2, Mode::kAsync);

@@ -1,5 +1,5 @@
-// The server's replication parts (psrun --replicas 2; ps/server_replica.h says how it works).
-#include "ps/server_replica.h"
+// A server's replica link (psrun --replicas 2; ps/replica_link.h says how it works).
+#include "ps/replica_link.h"
 
 #include <fmt/core.h>
 
@@ -14,17 +14,21 @@
 
 namespace psrt::ps {
 
-void Server::enable_replicas(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
-                             std::uint32_t self_rank, std::chrono::milliseconds connect_timeout) {
-  if (gpu_)
-    throw Error(ErrorCode::kInvalidArgument,
-                "--replicas 2 needs cpu servers: a cuda server (--server-device) does not "
-                "replicate its slices");
-  replica_ = std::make_unique<Replica>(std::move(endpoint), t, self_rank, connect_timeout);
+ReplicaLink::ReplicaLink(std::shared_ptr<Endpoint> endpoint, transport::Transport& t,
+                         std::uint32_t self_rank, std::chrono::milliseconds connect_timeout,
+                         Owner& owner)
+    : endpoint_(std::move(endpoint)),
+      transport_(t),
+      self_rank_(self_rank),
+      connect_timeout_(connect_timeout),
+      owner_(owner) {}
+
+ReplicaLink::~ReplicaLink() {
+  stop();
 }
 
-std::vector<ReplicaCount> Server::counts_locked(const Slice& s,
-                                                const std::vector<std::uint32_t>& consumed) {
+std::vector<ReplicaCount> ReplicaLink::counts_locked(const Slice& s,
+                                                     const std::vector<std::uint32_t>& consumed) {
   std::vector<ReplicaCount> counts;
   for (const auto& [rank, w] : s.workers) {
     const bool in_update = std::find(consumed.begin(), consumed.end(), rank) != consumed.end();
@@ -33,8 +37,8 @@ std::vector<ReplicaCount> Server::counts_locked(const Slice& s,
   return counts;
 }
 
-void Server::replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
-                       std::vector<ReplicaCount> counts, std::function<void()> then) {
+void ReplicaLink::replicate(const Slice& s, std::span<const float> weights, std::uint64_t version,
+                            std::vector<ReplicaCount> counts, std::function<void()> then) {
   // Copies: the primary goes on with its slice once the backup acknowledged, whatever the
   // transport still does with these buffers (a lost backup's send may complete late).
   auto state = std::make_shared<Replication>();
@@ -61,14 +65,14 @@ void Server::replicate(const Slice& s, std::span<const float> weights, std::uint
     replicated(started);
     then();
   };
-  send_replica(state);
+  send(state);
 }
 
-void Server::send_replica(const std::shared_ptr<Replication>& r) {
+void ReplicaLink::send(const std::shared_ptr<Replication>& r) {
   std::shared_ptr<Peer> backup;
   {
-    std::lock_guard lock(replica_->link_mu);
-    backup = replica_->backup;
+    std::lock_guard lock(link_mu_);
+    backup = backup_;
   }
   // Sent to every backup in turn until one that is still this server's backup acknowledged it:
   // a backup given up meanwhile (REPLICA_SET named another) never holds the slice for a
@@ -98,36 +102,21 @@ void Server::send_replica(const std::shared_ptr<Replication>& r) {
   c.count = r->counts.size() / kReplicaCountBytes;
   const std::string what =
       fmt::format("REPLICATE of key {} slice {} version {}", r->key, r->index, r->version);
-  c.request_id = replica_->acks.add(
+  c.request_id = acks_.add(
       *backup, what, [this, r, what](const Status& st, const Header&, std::span<const std::byte>) {
         // A backup lost now is the scheduler's to replace (REPLICA_SET); the slice goes on, its
         // versions unreplicated until then. The scheduler warns of a loss (INFO here: at the end
         // of a job the servers' connections close in any order).
         if (!st.ok()) PSRT_LOG_INFO("{} not acknowledged: {}", what, st.message());
-        send_replica(r);  // to the backup named since, if any; else the slice goes on
+        send(r);  // to the backup named since, if any; else the slice goes on
       });
   const auto id = c.request_id;
   backup->send_bytes(c, r->counts, [this, id](const Status& st) {
-    if (!st.ok()) replica_->acks.fail(id, st);
+    if (!st.ok()) acks_.fail(id, st);
   });
 }
 
-void Server::replicate_update(Update& u, std::uint64_t version, bool written) {
-  Slice& s = *u.slice;
-  std::vector<ReplicaCount> counts;
-  {
-    std::lock_guard lock(s.mu);
-    counts = counts_locked(s, u.ranks);
-  }
-  // The weights of this version: `spare` when the update wrote there (published by
-  // finish_update, after the backup has them). The slice is busy: nothing else writes either.
-  const std::vector<float>& weights = u.into_spare && written ? s.spare : s.weights;
-  auto held = std::make_shared<Update>(std::move(u));
-  replicate(s, weights, version, std::move(counts),
-            [this, held, version, written] { finish_update(*held, version, written); });
-}
-
-void Server::replicate_slice(Slice& s, std::function<void()> then) {
+void ReplicaLink::replicate_slice(Slice& s, std::function<void()> then) {
   std::vector<ReplicaCount> counts;
   std::uint64_t version;
   {
@@ -144,49 +133,42 @@ void Server::replicate_slice(Slice& s, std::function<void()> then) {
       std::lock_guard lock(s.mu);
       s.busy = false;
     }
-    after_change(s);
+    owner_.after_change(s);
     then();
   });
 }
 
-Credential Server::primary_credential(std::uint32_t rank) {
-  if (!replica_)
-    throw Error(ErrorCode::kAuthentication,
-                fmt::format("server {} connects to a server started without replicas, which "
-                            "accepts no server",
-                            rank));
-  std::lock_guard lock(replica_->link_mu);
-  if (rank != replica_->primary)
+Credential ReplicaLink::primary_credential(std::uint32_t rank) {
+  std::lock_guard lock(link_mu_);
+  if (rank != primary_)
     throw Error(
         ErrorCode::kAuthentication,
-        fmt::format("server {} is not the server that replicates to this one (the "
-                    "scheduler named {}): a server connects only to its own backup",
-                    rank,
-                    replica_->primary == kAnyRank ? std::string("none")
-                                                  : fmt::format("server {}", replica_->primary)));
-  return replica_->primary_credential;
+        fmt::format(
+            "server {} is not the server that replicates to this one (the "
+            "scheduler named {}): a server connects only to its own backup",
+            rank, primary_ == kAnyRank ? std::string("none") : fmt::format("server {}", primary_)));
+  return primary_credential_;
 }
 
-void Server::check_primary(const Peer& peer, const Header& h) {
+void ReplicaLink::check_primary(const Peer& peer, const Header& h) {
   // The handshake checked the credential for the primary of that moment; the primary may have
   // changed since (a REPLICA_SET after a loss), and then this connection's copies are not wanted.
-  std::lock_guard lock(replica_->link_mu);
-  if (peer.rank() != replica_->primary || !peer.credential() ||
-      *peer.credential() != replica_->primary_credential)
+  std::lock_guard lock(link_mu_);
+  if (peer.rank() != primary_ || !peer.credential() || *peer.credential() != primary_credential_)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} from {}, which is not the server that replicates to this one now",
                             to_string(h.type), peer.name()));
 }
 
-transport::Placement Server::place_replica(Peer& peer, const Header& h, std::size_t size) {
-  if (!replica_ || h.type != MsgType::kReplicate)
+transport::Placement ReplicaLink::place(Peer& peer, const Header& h, std::size_t size) {
+  if (h.type != MsgType::kReplicate)
     throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
                                                   to_string(h.type), peer.name()));
   check_primary(peer, h);
   if (h.part() > 2)
     throw Error(ErrorCode::kProtocol, fmt::format("REPLICATE of part {}", h.part()));
-  std::lock_guard lock(replica_->copies_mu);
-  auto& c = replica_->copies[{h.key, h.slice()}];
+  std::lock_guard lock(copies_mu_);
+  auto& c = copies_[{h.key, h.slice()}];
   if (c.committed && (c.offset != h.offset || c.count != h.count || c.total != h.total))
     throw Error(
         ErrorCode::kInvalidArgument,
@@ -205,55 +187,15 @@ transport::Placement Server::place_replica(Peer& peer, const Header& h, std::siz
   return {{buf.data(), size}, 0};
 }
 
-void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+void ReplicaLink::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload) {
   switch (h.type) {
     case MsgType::kReplicate:
-      return;  // landed in its staging buffer (place_replica); the commit makes it the copy
-    case MsgType::kReplicateCommit: {
-      if (!replica_)
-        throw Error(
-            ErrorCode::kProtocol,
-            fmt::format("REPLICATE_COMMIT from {}: this server takes no replicas", peer.name()));
-      check_primary(peer, h);
-      std::vector<ReplicaCount> counts;
-      if (Status st = decode_counts(payload, counts); !st.ok())
-        return peer.send_error(h.request_id, st.code(), st.message(), false);
-      {
-        std::lock_guard lock(replica_->copies_mu);
-        auto it = replica_->copies.find({h.key, h.slice()});
-        if (it == replica_->copies.end() || it->second.staged_version[0] != h.round)
-          return peer.send_error(h.request_id, ErrorCode::kProtocol,
-                                 fmt::format("REPLICATE_COMMIT of key {} slice {} version {} "
-                                             "without its weights",
-                                             h.key, h.slice(), h.round),
-                                 false);
-        Replica::Copy& c = it->second;
-        c.weights.swap(c.staged[0]);
-        if (c.staged_version[1] != h.round) {
-          c.momentum.clear();
-        } else if (c.staged_version[2] != h.round) {
-          c.momentum.swap(c.staged[1]);
-        } else {  // Adam's layout (ps/optimizer_state.h)
-          c.momentum.resize(adam_state_floats(c.count));
-          std::copy(c.staged[1].begin(), c.staged[1].end(), c.momentum.begin());
-          std::copy(c.staged[2].begin(), c.staged[2].end(),
-                    c.momentum.begin() + static_cast<std::ptrdiff_t>(c.count));
-          set_adam_steps(c.momentum, c.count, c.staged_steps);
-        }
-        c.staged_version[0] = c.staged_version[1] = c.staged_version[2] = UINT64_MAX;
-        c.version = h.round;
-        c.counts = std::move(counts);
-        c.source = peer.rank();
-        c.committed = true;
-      }
-      Header ack;
-      ack.type = MsgType::kReplicateAck;
-      ack.request_id = h.request_id;
-      return peer.send(ack);
-    }
+      return;  // landed in its staging buffer (place); the commit makes it the copy
+    case MsgType::kReplicateCommit:
+      return commit(peer, h, payload);
     case MsgType::kReplicateAck:
     case MsgType::kError:
-      if (replica_) replica_->acks.complete(peer, h, payload);
+      acks_.complete(peer, h, payload);
       return;
     default:
       throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: not a replication message",
@@ -261,33 +203,61 @@ void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std
   }
 }
 
-std::size_t Server::promote(std::uint32_t lost) {
-  std::vector<Replica::Copy> taken;
+void ReplicaLink::commit(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  check_primary(peer, h);
+  std::vector<ReplicaCount> counts;
+  if (Status st = decode_counts(payload, counts); !st.ok())
+    return peer.send_error(h.request_id, st.code(), st.message(), false);
   {
-    std::lock_guard lock(replica_->copies_mu);
-    for (auto it = replica_->copies.begin(); it != replica_->copies.end();) {
+    std::lock_guard lock(copies_mu_);
+    auto it = copies_.find({h.key, h.slice()});
+    if (it == copies_.end() || it->second.staged_version[0] != h.round)
+      return peer.send_error(h.request_id, ErrorCode::kProtocol,
+                             fmt::format("REPLICATE_COMMIT of key {} slice {} version {} "
+                                         "without its weights",
+                                         h.key, h.slice(), h.round),
+                             false);
+    Copy& c = it->second;
+    c.weights.swap(c.staged[0]);
+    if (c.staged_version[1] != h.round) {
+      c.momentum.clear();
+    } else if (c.staged_version[2] != h.round) {
+      c.momentum.swap(c.staged[1]);
+    } else {  // Adam's layout (ps/optimizer_state.h)
+      c.momentum.resize(adam_state_floats(c.count));
+      std::copy(c.staged[1].begin(), c.staged[1].end(), c.momentum.begin());
+      std::copy(c.staged[2].begin(), c.staged[2].end(),
+                c.momentum.begin() + static_cast<std::ptrdiff_t>(c.count));
+      set_adam_steps(c.momentum, c.count, c.staged_steps);
+    }
+    c.staged_version[0] = c.staged_version[1] = c.staged_version[2] = UINT64_MAX;
+    c.version = h.round;
+    c.counts = std::move(counts);
+    c.source = peer.rank();
+    c.committed = true;
+  }
+  Header ack;
+  ack.type = MsgType::kReplicateAck;
+  ack.request_id = h.request_id;
+  return peer.send(ack);
+}
+
+std::size_t ReplicaLink::promote(std::uint32_t lost) {
+  std::vector<Copy> taken;
+  {
+    std::lock_guard lock(copies_mu_);
+    for (auto it = copies_.begin(); it != copies_.end();) {
       if (it->second.committed && it->second.source == lost) {
         taken.push_back(std::move(it->second));
-        it = replica_->copies.erase(it);
+        it = copies_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  std::set<std::uint32_t> members;
-  {
-    std::lock_guard lock(members_mu_);
-    members = members_;
-  }
+  const std::set<std::uint32_t> members = owner_.members();
   std::size_t promoted = 0;
-  std::unique_lock lock(slices_mu_);
   for (auto& c : taken) {
-    auto& slot = slices_[{c.key, c.index}];
-    if (slot) {
-      PSRT_LOG_WARN("key {} slice {}: already held here; the copy from server {} is dropped", c.key,
-                    c.index, lost);
-      continue;
-    }
     auto s = std::make_unique<Slice>();
     s->key = c.key;
     s->index = c.index;
@@ -303,7 +273,7 @@ std::size_t Server::promote(std::uint32_t lost) {
     for (auto r : members) {
       auto n = std::find_if(c.counts.begin(), c.counts.end(),
                             [r](const ReplicaCount& x) { return x.rank == r; });
-      WorkerState& w = s->workers[r];
+      served::WorkerState& w = s->workers[r];
       if (n != c.counts.end()) {
         w.applied = n->applied;
         w.received = n->pushes;
@@ -311,22 +281,24 @@ std::size_t Server::promote(std::uint32_t lost) {
         w.applied = slowest == UINT64_MAX ? 0 : slowest;
       }
     }
-    slot = std::move(s);
+    if (!owner_.adopt(std::move(s))) {
+      PSRT_LOG_WARN("key {} slice {}: already held here; the copy from server {} is dropped", c.key,
+                    c.index, lost);
+      continue;
+    }
     ++promoted;
   }
   return promoted;
 }
 
-void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload) {
-  if (!replica_)
-    return scheduler.send_error(h.request_id, ErrorCode::kInvalidArgument,
-                                "REPLICA_SET to a server started without replicas", false);
+void ReplicaLink::on_replica_set(Peer& scheduler, const Header& h,
+                                 std::span<const std::byte> payload) {
   std::vector<std::string> address;
   if (Status st = decode_lines(payload, address); !st.ok() || address.size() > 1)
     return scheduler.send_error(h.request_id, ErrorCode::kProtocol,
                                 "REPLICA_SET without a usable backup address", false);
   const std::uint32_t lost = h.lost_server();
-  if (lost != kAnyRank && h.promote_to() == replica_->self_rank) {
+  if (lost != kAnyRank && h.promote_to() == self_rank_) {
     const std::size_t n = promote(lost);
     PSRT_LOG_INFO("server {} lost: {} of its slices promoted here from their copies", lost, n);
   }
@@ -345,13 +317,13 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   bool same;
   std::shared_ptr<Peer> old;
   {
-    std::lock_guard lock(replica_->link_mu);
-    replica_->primary = primary;
-    replica_->primary_credential = primary == kAnyRank ? Credential{} : credential_of(h);
-    same = backup_rank == replica_->backup_rank && replica_->backup;
+    std::lock_guard lock(link_mu_);
+    primary_ = primary;
+    primary_credential_ = primary == kAnyRank ? Credential{} : credential_of(h);
+    same = backup_rank == backup_rank_ && backup_;
     if (!same) {
-      old = std::move(replica_->backup);
-      replica_->backup_rank = kAnyRank;
+      old = std::move(backup_);
+      backup_rank_ = kAnyRank;
     }
   }
   // A backup given up (lost, perhaps only silent): its unanswered acknowledgements fail when the
@@ -361,48 +333,44 @@ void Server::on_replica_set(Peer& scheduler, const Header& h, std::span<const st
   if (address.empty() || (same && lost == kAnyRank)) return ack(Status());
   // Connecting (the handshake needs the progress thread) and sending every slice happen on the
   // connector thread; the scheduler hears back once the backup acknowledged every copy.
-  (void)replica_->connector.push([this, addr = address[0], backup_rank, same, ack, lost] {
+  (void)connector_.push([this, addr = address[0], backup_rank, same, ack, lost] {
     copy_to_backup(addr, backup_rank, same, lost, ack);
   });
 }
 
-void Server::copy_to_backup(const std::string& addr, std::uint32_t backup_rank, bool same,
-                            std::uint32_t lost, const std::function<void(const Status&)>& ack) {
+void ReplicaLink::copy_to_backup(const std::string& addr, std::uint32_t backup_rank, bool same,
+                                 std::uint32_t lost,
+                                 const std::function<void(const Status&)>& ack) {
   if (before_replicating) before_replicating(lost);
   if (!same) {
     try {
       auto backup = connect_backup(addr, backup_rank);
-      std::lock_guard lock(replica_->link_mu);
-      replica_->backup = backup;
-      replica_->backup_rank = backup_rank;
+      std::lock_guard lock(link_mu_);
+      backup_ = backup;
+      backup_rank_ = backup_rank;
     } catch (const Error& e) {
-      auto why = fmt::format("server {} cannot reach server {} to replicate to it: {}",
-                             replica_->self_rank, backup_rank, e.what());
+      auto why = fmt::format("server {} cannot reach server {} to replicate to it: {}", self_rank_,
+                             backup_rank, e.what());
       PSRT_LOG_ERROR("{}", why);
       return ack(Status(e.code(), why));
     }
     PSRT_LOG_INFO("replicating to server {} at {}", backup_rank, addr);
   }
-  std::vector<Slice*> all;
-  {
-    std::shared_lock slices(slices_mu_);
-    for (auto& [id, s] : slices_)
-      all.push_back(s.get());
-  }
+  const std::vector<Slice*> all = owner_.slices();
   // Acknowledged once every slice's copy was (or the update holding it replicates it).
   auto left = std::make_shared<std::atomic<std::size_t>>(all.size() + 1);
   auto one_done = [this, left, backup_rank, ack] {
     if (left->fetch_sub(1) != 1) return;
     std::shared_ptr<Peer> now;
     {
-      std::lock_guard lock(replica_->link_mu);
-      now = replica_->backup;
+      std::lock_guard lock(link_mu_);
+      now = backup_;
     }
     if (!now)
       return ack(Status(ErrorCode::kPeerFailed,
                         fmt::format("server {} lost its new backup, server {}, before it held "
                                     "a copy of every slice",
-                                    replica_->self_rank, backup_rank)));
+                                    self_rank_, backup_rank)));
     ack(Status());
   };
   for (Slice* s : all)
@@ -410,17 +378,16 @@ void Server::copy_to_backup(const std::string& addr, std::uint32_t backup_rank, 
   one_done();
 }
 
-std::shared_ptr<Peer> Server::connect_backup(const std::string& address, std::uint32_t rank) {
+std::shared_ptr<Peer> ReplicaLink::connect_backup(const std::string& address, std::uint32_t rank) {
   // The backup hears of its new primary from the scheduler at about the time this server hears
   // of its new backup, and refuses it until then: retried until the connect timeout.
-  const auto deadline = std::chrono::steady_clock::now() + replica_->connect_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + connect_timeout_;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     try {
-      return replica_->endpoint->connect(replica_->transport, address, replica_->self_rank,
-                                         Role::kServer, rank,
-                                         std::max(left, std::chrono::milliseconds(1)));
+      return endpoint_->connect(transport_, address, self_rank_, Role::kServer, rank,
+                                std::max(left, std::chrono::milliseconds(1)));
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kAuthentication || left < std::chrono::milliseconds(20)) throw;
     }
@@ -428,32 +395,24 @@ std::shared_ptr<Peer> Server::connect_backup(const std::string& address, std::ui
   }
 }
 
-void Server::replica_peer_closed(Peer& peer, const Status& why) {
-  if (!replica_ || peer.role() != Role::kServer) return;
-  replica_->acks.fail_peer(peer, why);
-  std::lock_guard lock(replica_->link_mu);
-  if (replica_->backup.get() == &peer) {
+void ReplicaLink::peer_closed(Peer& peer, const Status& why) {
+  if (peer.role() != Role::kServer) return;
+  acks_.fail_peer(peer, why);
+  std::lock_guard lock(link_mu_);
+  if (backup_.get() == &peer) {
     PSRT_LOG_INFO(
         "lost the backup server {}: {}; slices go on unreplicated until the scheduler "
         "names another",
-        replica_->backup_rank, why.message());
-    replica_->backup.reset();
+        backup_rank_, why.message());
+    backup_.reset();
   }
 }
 
-std::optional<Server::SliceView> Server::held(std::uint64_t key, std::uint32_t index) {
-  Slice* s = find(key, index);
-  if (!s) return std::nullopt;
-  std::lock_guard lock(s->mu);
-  return SliceView{s->version, s->weights, s->momentum};
-}
-
-std::optional<Server::SliceView> Server::copy(std::uint64_t key, std::uint32_t index) {
-  if (!replica_) return std::nullopt;
-  std::lock_guard lock(replica_->copies_mu);
-  auto it = replica_->copies.find({key, index});
-  if (it == replica_->copies.end() || !it->second.committed) return std::nullopt;
-  return SliceView{it->second.version, it->second.weights, it->second.momentum};
+std::optional<served::SliceView> ReplicaLink::copy(std::uint64_t key, std::uint32_t index) {
+  std::lock_guard lock(copies_mu_);
+  auto it = copies_.find({key, index});
+  if (it == copies_.end() || !it->second.committed) return std::nullopt;
+  return served::SliceView{it->second.version, it->second.weights, it->second.momentum};
 }
 
 }  // namespace psrt::ps
