@@ -218,6 +218,41 @@ TEST_F(CheckpointSecurity, PruningDoesNotFollowASymlinkedRound) {
   fs::remove_all(elsewhere);
 }
 
+// An existing checkpoint directory that others may write, or that another user owns, is refused
+// as the secret file is (issue 30): they could plant checkpoints the job would resume from.
+TEST_F(CheckpointSecurity, ADirectoryOthersMayWriteOrAnotherUserOwnsIsRefused) {
+  ShardMap map(1, 40);
+  map.place(kKey, 5);
+  auto refusal = [&] {
+    try {
+      write_manifest(dir_, map);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  EXPECT_EQ(refusal(), "checkpoint directory '" + dir_ +
+                           "' is writable by group or others (mode 0777): they could plant "
+                           "checkpoints; make it private: chmod 700 '" +
+                           dir_ + "'");
+  EXPECT_FALSE(fs::exists(dir_ + "/MANIFEST"));
+  ASSERT_EQ(::chmod(dir_.c_str(), 0720), 0);
+  EXPECT_NE(refusal().find("(mode 0720)"), std::string::npos) << "group-writable";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  EXPECT_EQ(refusal(), "accepted") << "readable by others is the user's choice";
+  if (::geteuid() != 0) GTEST_SKIP() << "the owner check needs root to chown a directory";
+  ASSERT_EQ(::chown(dir_.c_str(), 65534, 65534), 0) << std::strerror(errno);
+  EXPECT_EQ(refusal(), "checkpoint directory '" + dir_ +
+                           "' belongs to uid 65534, not to this user (uid 0): its owner could "
+                           "plant checkpoints; use a directory of your own");
+  EXPECT_THROW(check_checkpoint_dir(dir_), Error);
+  const std::string file = dir_ + "/MANIFEST";
+  EXPECT_THROW(check_checkpoint_dir(file), Error) << "not a directory";
+}
+
 mode_t mode_of(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
