@@ -21,6 +21,7 @@
 #include "base/fnv.h"
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
+#include "ps/manifest_writer.h"
 #include "ps/shard_map.h"
 #include "tests/unit/checkpoint_test_util.h"
 #include "transport/wire.h"
@@ -251,6 +252,33 @@ TEST_F(CheckpointSecurity, ADirectoryOthersMayWriteOrAnotherUserOwnsIsRefused) {
   EXPECT_THROW(check_checkpoint_dir(dir_), Error);
   const std::string file = dir_ + "/MANIFEST";
   EXPECT_THROW(check_checkpoint_dir(file), Error) << "not a directory";
+}
+
+// The MANIFEST is written in batches off the scheduler's progress thread (issue 30): 20 000 keys
+// placed one by one (the scheduler's add() per new key) take a handful of writes, not 20 000
+// rewrites and fsyncs of the whole file, and every key is in the file once flush() returns.
+TEST_F(CheckpointSecurity, TheManifestIsWrittenOncePerBatchOfKeys) {
+  constexpr std::uint64_t kKeys = 20'000;
+  ShardMap placed(2, 64);
+  Status failed;
+  std::uint64_t writes = 0;
+  {
+    ManifestWriter writer(dir_, placed, [&](const Status& why) { failed = why; });
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint64_t key = 0; key < kKeys; ++key)
+      writer.add(key, 16, placed.place(key, 16));
+    const auto adding = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(adding, std::chrono::seconds(2)) << "add() waited for the disk";
+    writer.flush();
+    writes = writer.writes();
+  }
+  EXPECT_TRUE(failed.ok()) << failed.message();
+  EXPECT_GE(writes, 1u);
+  EXPECT_LT(writes, 1000u) << "one MANIFEST write per key or nearly";
+  ShardMap read(2, 64);
+  ASSERT_TRUE(read_manifest(dir_, read));
+  EXPECT_EQ(read.keys().size(), kKeys);
+  EXPECT_EQ(encode_manifest(read), encode_manifest(placed));
 }
 
 mode_t mode_of(const std::string& path) {
