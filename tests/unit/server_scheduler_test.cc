@@ -62,6 +62,7 @@ struct TestServer {
       }
     };
     endpoint = std::make_shared<Endpoint>(kSecret, Role::kServer, Limits{});
+    endpoint->set_self_rank(rank);
     endpoint->set_handler(&server);
     transport = transport::create_transport("tcp", endpoint);
     server.set_transport(*transport);
