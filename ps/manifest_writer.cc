@@ -7,9 +7,12 @@
 
 namespace psrt::ps {
 
-ManifestWriter::ManifestWriter(std::string dir, const ShardMap& placed,
+ManifestWriter::ManifestWriter(std::string dir, ShardMap placed,
                                std::function<void(const Status&)> failed)
-    : dir_(std::move(dir)), failed_(std::move(failed)), map_(placed), thread_([this] { run(); }) {}
+    : dir_(std::move(dir)),
+      failed_(std::move(failed)),
+      map_(std::move(placed)),
+      thread_([this] { run(); }) {}
 
 ManifestWriter::~ManifestWriter() {
   {

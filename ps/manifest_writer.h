@@ -24,7 +24,7 @@ class ManifestWriter {
  public:
   // `placed`: the placements already in the MANIFEST (restored from it), copied. `failed` runs on
   // the writer thread, once, when a write fails (nothing is written after it).
-  ManifestWriter(std::string dir, const ShardMap& placed, std::function<void(const Status&)> failed);
+  ManifestWriter(std::string dir, ShardMap placed, std::function<void(const Status&)> failed);
   // Writes what is pending, then joins the writer thread.
   ~ManifestWriter();
   ManifestWriter(const ManifestWriter&) = delete;
@@ -53,7 +53,8 @@ class ManifestWriter {
   bool broken_ = false;        // a write failed: mu_
   bool stop_ = false;          // mu_
   std::vector<std::pair<std::uint64_t, std::function<void()>>> waiting_;  // mu_
-  std::thread thread_;  // last: it uses the above
+  // Last: it uses the above.
+  std::thread thread_;
 };
 
 }  // namespace psrt::ps
