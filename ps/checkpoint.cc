@@ -284,9 +284,35 @@ std::string encode_manifest(const ShardMap& map) {
   return text;
 }
 
+void check_checkpoint_dir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;  // made private (0700) by the first write
+    throw sys_error("cannot inspect checkpoint directory", dir);
+  }
+  if (!S_ISDIR(st.st_mode))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("checkpoint directory '{}' is not a directory", dir));
+  if (st.st_uid != ::geteuid())
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("checkpoint directory '{}' belongs to uid {}, not to this user (uid "
+                            "{}): its owner could plant checkpoints; use a directory of your own",
+                            dir, st.st_uid, ::geteuid()));
+  if ((st.st_mode & 022) != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("checkpoint directory '{}' is writable by group or others (mode "
+                            "{:04o}): they could plant checkpoints; make it private: chmod 700 "
+                            "'{}'",
+                            dir, st.st_mode & 07777, dir));
+}
+
 void write_manifest(const std::string& dir, const ShardMap& map) {
+  write_manifest_text(dir, encode_manifest(map));
+}
+
+void write_manifest_text(const std::string& dir, std::string_view text) {
+  check_checkpoint_dir(dir);
   make_private_dir(dir);
-  const std::string text = encode_manifest(map);
   std::span<const std::byte> parts[] = {as_bytes(text)};
   write_atomically(dir + "/MANIFEST", parts);
 }

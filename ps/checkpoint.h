@@ -81,9 +81,18 @@ bool is_real_directory(const std::string& path);
 void remove_slice_checkpoint(const std::string& dir, std::uint64_t round, std::uint64_t key,
                              std::uint32_t index);
 
+// Refuses an existing checkpoint directory that another user owns or that group or others may
+// write (they could plant checkpoints: the secret file's rule, for a directory), or that is no
+// directory; psrt::Error (kInvalidArgument) naming it and the fix. A missing one passes: the
+// first write makes it 0700. The scheduler and every server check it when they start, and
+// write_manifest before each write.
+void check_checkpoint_dir(const std::string& dir);
+
 // The manifest's text; write_manifest writes it to <dir>/MANIFEST.
 std::string encode_manifest(const ShardMap& map);
 void write_manifest(const std::string& dir, const ShardMap& map);
+// Writes `text` (encode_manifest's) as <dir>/MANIFEST: atomically, fsynced, 0600.
+void write_manifest_text(const std::string& dir, std::string_view text);
 // Restores the manifest's placements into `map`; returns false when there is no manifest.
 bool read_manifest(const std::string& dir, ShardMap& map);
 // read_manifest's parser: `text` is the manifest's content, `path` names it in errors.

@@ -59,6 +59,7 @@ Endpoint::Endpoint(std::string secret, Role self, Limits limits, Admission admis
         }
       }
       expire_handshakes(now);
+      expire_messages(now);
       lock.lock();
     }
   });
@@ -215,6 +216,48 @@ void Endpoint::expire_handshakes(std::chrono::steady_clock::time_point now) {
   }
 }
 
+void Endpoint::note_receiving(std::uint64_t conn_id, std::uint64_t cookie) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(conn_id);
+  if (it == peers_.end() || it->second->closing_.load()) return;
+  it->second->receiving_.emplace(cookie, now);
+  message_deadlines_.emplace_back(now + admission_.message_deadline, conn_id, cookie);
+}
+
+void Endpoint::note_received(Peer& peer, std::uint64_t cookie) {
+  std::lock_guard lock(mu_);
+  if (auto it = peer.receiving_.find(cookie); it != peer.receiving_.end())
+    peer.receiving_.erase(it);
+}
+
+void Endpoint::expire_messages(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<Peer>> late;
+  {
+    std::lock_guard lock(mu_);
+    while (!message_deadlines_.empty() && std::get<0>(message_deadlines_.front()) <= now) {
+      const auto [deadline, id, cookie] = message_deadlines_.front();
+      message_deadlines_.pop_front();
+      auto it = peers_.find(id);
+      if (it == peers_.end()) continue;
+      auto [first, last] = it->second->receiving_.equal_range(cookie);
+      for (auto m = first; m != last; ++m)
+        if (m->second + admission_.message_deadline == deadline) {
+          late.push_back(it->second);
+          break;
+        }
+    }
+  }
+  for (auto& peer : late) {
+    PSRT_LOG_WARN_LIMITED(
+        "closing the connection from {}: a message it began {} ms ago has not arrived whole "
+        "(the deadline for a message once begun)",
+        peer->name(), admission_.message_deadline.count());
+    peer->closing_.store(true);
+    peer->close();
+  }
+}
+
 std::shared_ptr<Peer> Endpoint::connect(transport::Transport& t, const std::string& address,
                                         std::uint32_t my_rank, Role remote,
                                         std::uint32_t remote_rank,
@@ -320,7 +363,9 @@ transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request
 transport::Placement Endpoint::place(transport::Connection& conn, std::span<const std::byte> header,
                                      std::size_t size) {
   try {
-    return place_checked(conn, header, size);
+    transport::Placement p = place_checked(conn, header, size);
+    if (size > 0) note_receiving(conn.id(), p.cookie);
+    return p;
   } catch (const Error&) {
     throw;
   } catch (...) {
@@ -409,6 +454,7 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
 void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> header,
                        const transport::Placement& placement) {
   auto peer = find(conn.id());
+  if (peer && placement.dest.size > 0) note_received(*peer, placement.cookie);
   if (!peer || peer->closing_.load()) return;  // nothing after a refusal is processed
   peer->last_seen_.store(now_ticks(), std::memory_order_relaxed);
   if (placement.dest.size > 0) {

@@ -23,12 +23,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -60,6 +62,10 @@ struct Admission {
   // more while a closed one lingers): a holder of the secret and a rank's credential cannot pin
   // memory by opening many, each with a half-sent message.
   std::size_t max_per_rank = 4;
+  // A message whose header arrived must arrive whole within this (issue 30): a peer that leaves a
+  // message half-sent (a 1 MiB REGISTER, a 4 MiB PUSH, each pinning its payload's memory) has its
+  // connection closed then, and what was placed for the message is released.
+  std::chrono::milliseconds message_deadline{30'000};
 };
 
 class Peer : public std::enable_shared_from_this<Peer> {
@@ -120,6 +126,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
   // counted against the caps under host_.
   bool pending_ = false;
   std::string host_;
+  // Messages whose payload is still arriving: placement cookie → when its header came (guarded
+  // by the endpoint's mu_; Admission::message_deadline).
+  std::multimap<std::uint64_t, std::chrono::steady_clock::time_point> receiving_;
   // Set once the connection is being closed after a refusal: nothing more on it is processed.
   std::atomic<bool> closing_{false};
 };
@@ -209,6 +218,11 @@ class Endpoint final : public transport::Receiver {
   void release_pending_locked(Peer& peer);
   // Closes accepted connections whose handshake deadline passed (timer thread).
   void expire_handshakes(std::chrono::steady_clock::time_point now);
+  // Admission::message_deadline: a message placed starts its clock; its arrival stops it; the
+  // timer thread closes the connections of messages past it.
+  void note_receiving(std::uint64_t conn_id, std::uint64_t cookie);
+  void note_received(Peer& peer, std::uint64_t cookie);
+  void expire_messages(std::chrono::steady_clock::time_point now);
   friend class Peer;
 
   const std::string secret_;
@@ -230,6 +244,9 @@ class Endpoint final : public transport::Receiver {
   std::unordered_map<std::string, std::size_t> pending_by_host_;
   std::size_t pending_total_ = 0;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines_;
+  // Messages' deadlines, in time order: (deadline, connection id, placement cookie).
+  std::deque<std::tuple<std::chrono::steady_clock::time_point, std::uint64_t, std::uint64_t>>
+      message_deadlines_;
 
   std::mutex linger_mu_;
   std::condition_variable linger_cv_;

@@ -6,10 +6,12 @@
 // acceptor proved in WELCOME. What the table says (tests/unit/protocol_test.cc pins it):
 //
 //   receiver   sender      may send
-//   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, METRICS, TIMELINE, CLOCK, ERROR
+//   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, REPLICA_SET_ACK, PLACEMENT,
+//                          METRICS, TIMELINE, CLOCK, ERROR
 //   scheduler  worker      REGISTER, UNREGISTER, LOCATE, BARRIER, HEARTBEAT, METRICS, TIMELINE,
 //                          CLOCK, ERROR
-//   server     scheduler   REGISTER_REPLY, MEMBERSHIP, SHUTDOWN, CLOCK_REPLY, ERROR
+//   server     scheduler   REGISTER_REPLY, MEMBERSHIP, SHUTDOWN, REPLICA_SET, PLACEMENT_REPLY,
+//                          CLOCK_REPLY, ERROR
 //   server     worker      INIT, SET_OPTIMIZER, PUSH, PULL, PUSH_PULL, DEVICE_INFO,
 //                          PUSH_IPC, PUSH_PULL_IPC, PULL_IPC, ERROR
 //   worker     scheduler   REGISTER_REPLY, UNREGISTER_REPLY, LOCATE_REPLY, BARRIER_REPLY,

@@ -155,7 +155,14 @@ using Credential = std::array<std::byte, kCredentialBytes>;
     kServerToScheduler | kWorkerToScheduler)                                                       \
   /* → CLOCK_REPLY: round = the scheduler's clock in ns (ps/timeline.h) */                       \
   X(kClock, 62, "CLOCK", kNone, 0, kServerToScheduler | kWorkerToScheduler)                        \
-  X(kClockReply, 63, "CLOCK_REPLY", kNone, 0, kSchedulerToServer | kSchedulerToWorker)
+  X(kClockReply, 63, "CLOCK_REPLY", kNone, 0, kSchedulerToServer | kSchedulerToWorker)             \
+  /* Placement (issue 30): a server asks, at the first INIT of a slice it does not hold, whether   \
+   */                                                                                              \
+  /* the shard map places that slice here: key, slice(), offset, count, total as the INIT has */   \
+  /* them → PLACEMENT_REPLY: served_by() = the server serving that slice now (kAnyRank: the */   \
+  /* shard map has no such slice), asking_server() = the asker's rank */                           \
+  X(kPlacement, 70, "PLACEMENT", kNone, 0, kServerToScheduler)                                     \
+  X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)
 
 // The wire values of the rows, in table order. Each helper range of values (50-59, 60-69, ...)
 // leaves a gap below it: the rows' values rise, but need not be consecutive.
@@ -217,8 +224,8 @@ struct Header {
   std::uint32_t arg0 = 0;
   std::uint32_t arg1 = 0;
 
-  // arg0 of the data path (INIT, PUSH, PULL, PUSH_PULL, the IPC messages and their replies): the
-  // slice's index in the key's layout.
+  // arg0 of the data path (INIT, PUSH, PULL, PUSH_PULL, the IPC messages and their replies) and
+  // of PLACEMENT: the slice's index in the key's layout.
   std::uint32_t slice() const noexcept { return arg0; }
   void set_slice(std::uint32_t index) noexcept { arg0 = index; }
   // arg0 of HELLO and REGISTER: the sender's Role, as sent (check it before casting).
@@ -253,6 +260,12 @@ struct Header {
   void set_lost_server(std::uint32_t r) noexcept { arg0 = r; }
   std::uint32_t promote_to() const noexcept { return arg1; }
   void set_promote_to(std::uint32_t r) noexcept { arg1 = r; }
+  // PLACEMENT_REPLY: the server that serves the slice asked about now (arg0; kAnyRank: the shard
+  // map has no such slice) and the rank of the server that asked (arg1).
+  std::uint32_t served_by() const noexcept { return arg0; }
+  void set_served_by(std::uint32_t r) noexcept { arg0 = r; }
+  std::uint32_t asking_server() const noexcept { return arg1; }
+  void set_asking_server(std::uint32_t r) noexcept { arg1 = r; }
   // arg1 of REPLICATE: which part of the slice's state the payload is (0 weights, 1 SGD's momentum
   // or Adam's exp_avg, 2 Adam's exp_avg_sq).
   std::uint32_t part() const noexcept { return arg1; }

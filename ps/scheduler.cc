@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "ps/auth.h"
 #include "ps/checkpoint.h"
+#include "ps/manifest_writer.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {
@@ -36,6 +37,7 @@ Scheduler::Scheduler(SchedulerConfig config)
     owner_.push_back(i);
     routed_.push_back(i);
   }
+  if (!config_.checkpoint_dir.empty()) ps::check_checkpoint_dir(config_.checkpoint_dir);
   if (!config_.checkpoint_dir.empty() && ps::read_manifest(config_.checkpoint_dir, shards_)) {
     const ps::ResumePoint point = ps::find_resume_round(config_.checkpoint_dir, shards_);
     for (const auto& skipped : point.skipped)
@@ -53,6 +55,15 @@ Scheduler::Scheduler(SchedulerConfig config)
       PSRT_LOG_WARN("no complete checkpoint round in {}: the job starts afresh",
                     config_.checkpoint_dir);
   }
+  if (!config_.checkpoint_dir.empty())
+    manifest_ = std::make_unique<ps::ManifestWriter>(
+        config_.checkpoint_dir, shards_, [this](const Status& why) {
+          Lock lock(mu_);
+          auto msg = fmt::format("{}; stopping the job (its checkpoints could not be resumed)",
+                                 why.message());
+          PSRT_LOG_ERROR("{}", msg);
+          finish_locked(Status(why.code(), msg));
+        });
   // The scheduler takes no data payloads: its limits follow from the job's largest slice, like a
   // server's, not the transport's 2 GiB default.
   ps::Limits limits;
@@ -86,6 +97,7 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   if (monitor_.joinable()) monitor_.join();
+  manifest_.reset();  // writes what is pending
   // Give the SHUTDOWN messages a moment to leave before the connections close.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   transport_->shutdown();
@@ -137,6 +149,9 @@ bool Scheduler::charge_control(ps::Peer& peer) {
 
 void Scheduler::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,
                            const transport::Placement&) {
+  // A server's PLACEMENT is not charged: workers' INITs cause it, at most one per slice they
+  // may store (their quotas), and a server disconnected for them would stop the job.
+  if (h.type == MsgType::kPlacement) return on_placement(peer, h);
   if (!charge_control(peer)) return;
   switch (h.type) {
     case MsgType::kRegister:
@@ -375,8 +390,7 @@ void Scheduler::on_locate(ps::Peer& peer, const Header& h) {
         ++q.keys;
         q.slices += slices->size();
       }
-      if (fresh && !config_.checkpoint_dir.empty())
-        ps::write_manifest(config_.checkpoint_dir, shards_);
+      if (fresh && manifest_) manifest_->add(h.key, h.total, *slices);  // written in a batch
     }
   } catch (const Error& e) {
     return peer.send_error(h.request_id, e.code(), e.what(), false);
@@ -449,13 +463,20 @@ void Scheduler::check_barrier_locked() {
   if (barrier_waiting_.empty()) return;
   for (const auto& [rank, p] : workers_)
     if (!barrier_arrived_.count(rank)) return;
-  for (auto& w : barrier_waiting_) {
-    Header r;
-    r.type = MsgType::kBarrierReply;
-    r.request_id = w.request_id;
-    w.peer->send(r);
-  }
+  auto reply = [waiting = std::move(barrier_waiting_)] {
+    for (const auto& w : waiting) {
+      Header r;
+      r.type = MsgType::kBarrierReply;
+      r.request_id = w.request_id;
+      w.peer->send(r);
+    }
+  };
   barrier_waiting_.clear();
+  // The keys placed before a barrier are in the MANIFEST before anyone passes it.
+  if (manifest_)
+    manifest_->after_written(std::move(reply));
+  else
+    reply();
   barrier_arrived_.clear();
   // Workers place their keys before their first barrier: say where the bytes went.
   log_shard_load_locked();

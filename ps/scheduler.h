@@ -55,8 +55,9 @@
 
 namespace psrt::ps {
 
-class JobMetrics;   // ps/job_metrics.h
-class JobTimeline;  // ps/job_timeline.h
+class JobMetrics;      // ps/job_metrics.h
+class JobTimeline;     // ps/job_timeline.h
+class ManifestWriter;  // ps/manifest_writer.h
 
 struct SchedulerConfig {
   std::string transport = "tcp";
@@ -121,6 +122,11 @@ class Scheduler final : public ps::Handler {
   void on_register(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload);
   bool registered_locked(const ps::Peer& peer) const;
   void on_locate(ps::Peer& peer, const ps::Header& h);
+  // PLACEMENT from a registered server (ps/scheduler_placement.cc): which server serves the
+  // slice the header names now (the shard map's, through owner_), kAnyRank when the map has no
+  // such slice (the key was never located, or is cut otherwise).
+  void on_placement(ps::Peer& peer, const ps::Header& h);
+  std::uint32_t serving_server_locked(const ps::Header& h) const;
   // Takes one control message from `peer`'s token bucket; false (and the peer disconnected
   // with an ERROR naming PSRT_MAX_CONTROL_PER_SEC) when it is empty.
   bool charge_control(ps::Peer& peer);
@@ -172,6 +178,9 @@ class Scheduler final : public ps::Handler {
   std::unique_ptr<transport::Transport> transport_;
   std::string address_;
   ps::Requests requests_;  // thread-safe on its own
+  // The checkpoint MANIFEST's writer thread (null without a checkpoint directory): thread-safe
+  // on its own; destroyed before the transport shuts down (it may still answer a barrier).
+  std::unique_ptr<ManifestWriter> manifest_;
 
   // Plain, not recursive: while the transport runs, no completion runs inside the send() that
   // caused it (transport/transport.h, "Threads"), so a completion that locks mu_ (a membership

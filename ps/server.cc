@@ -23,6 +23,7 @@ Error refuse(ErrorCode code, const std::string& message) {
 
 Server::Server(ServerConfig config)
     : config_(std::move(config)), backup_log_(make_backup_log(config_)) {
+  if (!config_.checkpoint_dir.empty()) check_checkpoint_dir(config_.checkpoint_dir);
   if (config_.device.is_cuda()) {
     try {
       gpu_ = std::make_unique<Gpu>(config_.device.index);
@@ -194,11 +195,13 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
                  fmt::format("worker {} is not a live member of the job (it unregistered or "
                              "was declared lost)",
                              rank));
-  if (w->second.queued.size() >= config_.max_queued)
+  // Pushes still arriving count: each holds its payload's memory already.
+  if (w->second.queued.size() + w->second.arriving >= config_.max_queued)
     throw refuse(ErrorCode::kInvalidArgument,
-                 fmt::format("worker {} has {} gradients of key {} slice {} waiting: it pushes "
-                             "without pulling; pull (or push_pull) to wait for the rounds",
-                             rank, w->second.queued.size(), h.key, h.slice()));
+                 fmt::format("worker {} has {} gradients of key {} slice {} waiting or arriving: "
+                             "it pushes without pulling; pull (or push_pull) to wait for the "
+                             "rounds",
+                             rank, w->second.queued.size() + w->second.arriving, h.key, h.slice()));
   // Queued and arriving gradients of a slice share one dtype (this check keeps it so): one of
   // them tells. A push still arriving counts: it is queued once it landed, and an update must
   // never read gradients of two dtypes as one.
@@ -254,6 +257,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     in.grad.placed = metrics_now();
     in.slice = &s;
     ++s.arriving;
+    ++s.workers[peer.rank()].arriving;  // admitted: a live member of the slice
     s.arriving_dtype = h.dtype;
   } else {
     throw refuse(ErrorCode::kProtocol,
@@ -266,7 +270,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
         place_on_device(in.grad, size, p);
       } catch (...) {
         std::lock_guard lock(in.slice->mu);
-        arrived_locked(*in.slice);
+        arrived_locked(*in.slice, peer.rank());
         throw;
       }
     } else {
@@ -293,10 +297,8 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
     return link_->on_message(peer, h, payload);
   }
   switch (h.type) {
-    case MsgType::kInit: {
-      InFlight in = take();
-      return on_init(peer, h, in);
-    }
+    case MsgType::kInit:
+      return init_if_placed(peer, h, take());
     case MsgType::kPush:
     case MsgType::kPushPull: {
       InFlight in = take();
@@ -322,6 +324,7 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       if (Status s = decode_members(payload, members); !s.ok())
         return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
                                false);
+      remember_scheduler(peer);  // asked where slices are placed (PLACEMENT)
       std::vector<std::uint32_t> ranks;
       {
         std::lock_guard lock(members_mu_);
@@ -337,6 +340,10 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       ack.request_id = h.request_id;
       return peer.send(ack);
     }
+    case MsgType::kPlacementReply:
+      if (peer.role() != Role::kScheduler)
+        throw refuse(ErrorCode::kProtocol, "PLACEMENT_REPLY from a non-scheduler");
+      return on_placement_reply(h);
     case MsgType::kReplicaSet:
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "REPLICA_SET from a non-scheduler");
@@ -348,6 +355,9 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       // The registration's credential: proven to the backup this server replicates to.
       if (peer.role() == Role::kScheduler && h.type == MsgType::kRegisterReply && link_)
         link_->set_credential(credential_of(h));
+      if (peer.role() == Role::kScheduler && h.type == MsgType::kError &&
+          on_placement_error(h, payload))
+        return;
       if (peer.role() == Role::kScheduler && on_control) return on_control(h, payload);
       throw refuse(ErrorCode::kProtocol,
                    fmt::format("a server does not accept {}", to_string(h.type)));
@@ -467,8 +477,10 @@ void Server::on_set_optimizer(Peer& peer, const Header& h, std::span<const std::
   peer.send(r);
 }
 
-void Server::arrived_locked(Slice& s) {
+void Server::arrived_locked(Slice& s, std::uint32_t rank) {
   if (s.arriving > 0) --s.arriving;
+  if (auto w = s.workers.find(rank); w != s.workers.end() && w->second.arriving > 0)
+    --w->second.arriving;
 }
 
 void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
@@ -479,7 +491,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
       after_receive_on_device(in.grad);
     } catch (...) {
       std::lock_guard lock(s.mu);
-      arrived_locked(s);
+      arrived_locked(s, rank);
       throw;
     }
   }
@@ -487,7 +499,7 @@ void Server::on_push(Peer& peer, const Header& h, InFlight& in) {
   in.grad.arrived = gradient_arrived(in.grad.placed, in.grad.size, s.key, s.index);
   {
     std::lock_guard lock(s.mu);
-    arrived_locked(s);
+    arrived_locked(s, rank);
     auto w = s.workers.find(rank);
     if (link_ && w != s.workers.end() && h.round != 0 && h.round <= w->second.received) {
       // A push re-sent after its server was lost (replicas: round = the worker's push number on
@@ -713,9 +725,10 @@ void Server::on_peer_closed(Peer& peer, const Status& why) {
   for (auto& in : dropped) {
     if (!in.slice) continue;
     std::lock_guard lock(in.slice->mu);
-    arrived_locked(*in.slice);
+    arrived_locked(*in.slice, peer.rank());
   }
   if (link_) link_->peer_closed(peer, why);
+  placement_peer_closed(peer);
   if (peer.role() == Role::kScheduler)
     stop_job(Status(ErrorCode::kPeerFailed, "lost the scheduler: " + why.message()));
 }

@@ -19,10 +19,10 @@
 //
 // Lock order: sgd_mu_ -> slices_mu_ -> {members_mu_, Slice::mu} -> the transport's own locks
 // (a send); with replicas, ReplicaLink's link_mu_ comes before a send and its copies_mu_ is a
-// leaf (ps/replica_link.h). members_mu_ and a Slice::mu are never held together; inflight_mu_
-// and UpdateStage's trace_mu_ are leaves (nothing is locked under them); no server lock is held
-// while an update is handed to the pool or runs inline (UpdateStage::submit), or a job goes to
-// the GPU reply thread.
+// leaf (ps/replica_link.h). members_mu_ and a Slice::mu are never held together; inflight_mu_,
+// Placements::mu and UpdateStage's trace_mu_ are leaves (nothing is locked under them); no server
+// lock is held while an update is handed to the pool or runs inline (UpdateStage::submit), or a
+// job goes to the GPU reply thread.
 // ThreadSanitizer (make test-sanitize, label tsan) checks the order on every run of
 // tests/unit/server_scheduler_test.cc (it reports an inversion).
 //
@@ -41,6 +41,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "device/cuda_device.h"
@@ -68,7 +69,7 @@ struct ServerConfig {
   std::uint64_t checkpoint_every = 0;
   std::uint64_t resume_round = 0;  // load slices from this checkpoint round at INIT
   int threads = 1;                 // compute pool size (updates of different slices in parallel)
-  std::uint64_t max_queued = 64;   // gradients one worker may have queued on one slice
+  std::uint64_t max_queued = 64;   // gradients one worker may have queued or arriving on a slice
   std::string trace_path;          // JSON line per applied update (tests and debugging)
   device::DeviceSpec device;       // where slices live and updates run (psrun --server-device)
   // The job's --partition-bytes: an INIT must be a slice of the shard map's cut of its key
@@ -151,6 +152,35 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
     std::vector<float> init;
   };
 
+  // Placement (ps/server_placement.cc). An INIT of a slice this server does not hold is stored
+  // only once the scheduler said that the shard map places that slice here (PLACEMENT): a worker
+  // cannot store a key it never located, nor a second, divergent copy of a slice on a server the
+  // map does not name. Meanwhile the INIT waits with its landed payload (counted by
+  // charge_init); one question per slice and bounds is in flight.
+  struct ParkedInit {
+    std::shared_ptr<Peer> peer;
+    Header h;
+    InFlight in;
+  };
+  // (key, slice, offset, count, total) as an INIT names them.
+  using SliceAsked =
+      std::tuple<std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>;
+  struct Placements {
+    std::mutex mu;                  // a leaf
+    std::weak_ptr<Peer> scheduler;  // the peer MEMBERSHIP came from
+    std::uint64_t next_id = 1;
+    std::map<SliceAsked, std::vector<ParkedInit>> waiting;
+    std::map<std::uint64_t, SliceAsked> asked;  // by PLACEMENT request id
+  };
+  // on_init() once the slice is held here or the scheduler placed it here; else refused.
+  void init_if_placed(Peer& peer, const Header& h, InFlight in);
+  void remember_scheduler(Peer& scheduler);
+  // PLACEMENT_REPLY, or an ERROR answering a PLACEMENT (false: it answers something else).
+  void on_placement_reply(const Header& h);
+  bool on_placement_error(const Header& h, std::span<const std::byte> payload);
+  // The scheduler was lost: the INITs waiting for its answer are refused.
+  void placement_peer_closed(const Peer& peer);
+
   Slice* find(std::uint64_t key, std::uint32_t index);
   Slice& checked_slice(const Peer& peer, const Header& h);
   // Throws psrt::Error unless `peer` is a worker whose rank is still the registration it proved
@@ -171,8 +201,9 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // dtype other than the gradients queued or still arriving, a bad learning rate); returns its
   // learning rate.
   float admit_push_locked(Slice& s, const Header& h, std::uint32_t rank);
-  // A push placed by place() no longer arrives (it landed, or its connection closed).
-  static void arrived_locked(Slice& s);
+  // A push of worker `rank` placed by place() no longer arrives (it landed, or its connection
+  // closed).
+  static void arrived_locked(Slice& s, std::uint32_t rank);
   // Stops the whole job with `why` as a SHUTDOWN from the scheduler would (through on_control),
   // for what the server cannot go on from: a lost scheduler, an update it could not apply.
   void stop_job(const Status& why) override;
@@ -247,6 +278,8 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
     std::size_t slices = 0;        // slices it stored (or is storing) here
   };
   std::map<std::uint32_t, InitQuota> init_quotas_;  // by worker rank: members_mu_
+
+  Placements placements_;
 
   std::mutex inflight_mu_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight>

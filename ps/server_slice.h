@@ -73,6 +73,9 @@ struct WorkerState {  // all fields: guarded by the slice's mu
   // and its pushes dropped as late since its last pull reply (sent with that reply).
   std::uint64_t next_round = 1;
   std::uint64_t dropped = 0;
+  // Its pushes admitted and placed whose payload is still arriving: counted with `queued`
+  // against ServerConfig::max_queued.
+  std::uint32_t arriving = 0;
 };
 struct PullWaiter {
   std::shared_ptr<Peer> peer;

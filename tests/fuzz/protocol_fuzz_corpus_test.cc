@@ -181,6 +181,18 @@ std::map<std::string, Seed> seeds() {
   h = header(MsgType::kTimeline, 0);
   h.count = events.size();
   s["seed-timeline"] = {message(h, encode_timeline(events)), Outcome::kStructuredAccepted};
+  h = header(MsgType::kPlacement, 11);
+  h.key = 3;
+  h.set_slice(1);
+  h.offset = 4;
+  h.count = 3;
+  h.total = 10;
+  s["seed-placement"] = {message(h), Outcome::kHeaderOnly};
+  h = header(MsgType::kPlacementReply, 11);
+  h.key = 3;
+  h.set_served_by(1);
+  h.set_asking_server(0);
+  s["seed-placement-reply"] = {message(h), Outcome::kHeaderOnly};
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include "base/fnv.h"
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
+#include "ps/manifest_writer.h"
 #include "ps/shard_map.h"
 #include "tests/unit/checkpoint_test_util.h"
 #include "transport/wire.h"
@@ -216,6 +217,68 @@ TEST_F(CheckpointSecurity, PruningDoesNotFollowASymlinkedRound) {
   remove_job_round(dir_, 5);
   EXPECT_TRUE(fs::exists(outside)) << "pruning deleted " << outside << " through " << link;
   fs::remove_all(elsewhere);
+}
+
+// An existing checkpoint directory that others may write, or that another user owns, is refused
+// as the secret file is (issue 30): they could plant checkpoints the job would resume from.
+TEST_F(CheckpointSecurity, ADirectoryOthersMayWriteOrAnotherUserOwnsIsRefused) {
+  ShardMap map(1, 40);
+  map.place(kKey, 5);
+  auto refusal = [&] {
+    try {
+      write_manifest(dir_, map);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  EXPECT_EQ(refusal(), "checkpoint directory '" + dir_ +
+                           "' is writable by group or others (mode 0777): they could plant "
+                           "checkpoints; make it private: chmod 700 '" +
+                           dir_ + "'");
+  EXPECT_FALSE(fs::exists(dir_ + "/MANIFEST"));
+  ASSERT_EQ(::chmod(dir_.c_str(), 0720), 0);
+  EXPECT_NE(refusal().find("(mode 0720)"), std::string::npos) << "group-writable";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  EXPECT_EQ(refusal(), "accepted") << "readable by others is the user's choice";
+  if (::geteuid() != 0) GTEST_SKIP() << "the owner check needs root to chown a directory";
+  ASSERT_EQ(::chown(dir_.c_str(), 65534, 65534), 0) << std::strerror(errno);
+  EXPECT_EQ(refusal(), "checkpoint directory '" + dir_ +
+                           "' belongs to uid 65534, not to this user (uid 0): its owner could "
+                           "plant checkpoints; use a directory of your own");
+  EXPECT_THROW(check_checkpoint_dir(dir_), Error);
+  const std::string file = dir_ + "/MANIFEST";
+  EXPECT_THROW(check_checkpoint_dir(file), Error) << "not a directory";
+}
+
+// The MANIFEST is written in batches off the scheduler's progress thread (issue 30): 20 000 keys
+// placed one by one (the scheduler's add() per new key) take a handful of writes, not 20 000
+// rewrites and fsyncs of the whole file, and every key is in the file once flush() returns.
+TEST_F(CheckpointSecurity, TheManifestIsWrittenOncePerBatchOfKeys) {
+  constexpr std::uint64_t kKeys = 20'000;
+  ShardMap placed(2, 64);
+  Status failed;
+  std::uint64_t writes = 0;
+  {
+    ManifestWriter writer(dir_, placed, [&](const Status& why) { failed = why; });
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint64_t key = 0; key < kKeys; ++key)
+      writer.add(key, 16, placed.place(key, 16));
+    const auto adding = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(adding, std::chrono::seconds(2)) << "add() waited for the disk";
+    writer.flush();
+    writes = writer.writes();
+  }
+  EXPECT_TRUE(failed.ok()) << failed.message();
+  EXPECT_GE(writes, 1u);
+  EXPECT_LT(writes, 1000u) << "one MANIFEST write per key or nearly";
+  ShardMap read(2, 64);
+  ASSERT_TRUE(read_manifest(dir_, read));
+  EXPECT_EQ(read.keys().size(), kKeys);
+  EXPECT_EQ(encode_manifest(read), encode_manifest(placed));
 }
 
 mode_t mode_of(const std::string& path) {

@@ -75,11 +75,18 @@ TEST(MessageTable, WireValuesAndNamesAreFixed) {
   EXPECT_EQ(to_string(M::kClock), "CLOCK");
   EXPECT_EQ(static_cast<int>(M::kClockReply), 63);
   EXPECT_EQ(to_string(M::kClockReply), "CLOCK_REPLY");
-  ASSERT_EQ(static_cast<int>(M::kLast), 63);
+  // Placement (issue 30): the range 70-74.
+  EXPECT_EQ(static_cast<int>(M::kPlacement), 70);
+  EXPECT_EQ(to_string(M::kPlacement), "PLACEMENT");
+  EXPECT_EQ(static_cast<int>(M::kPlacementReply), 71);
+  EXPECT_EQ(to_string(M::kPlacementReply), "PLACEMENT_REPLY");
+  ASSERT_EQ(static_cast<int>(M::kLast), 71);
   for (int t = 41; t < 60; ++t)
     EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
+  for (int t = 64; t < 70; ++t)
+    EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
   EXPECT_EQ(to_string(static_cast<M>(0)), "?");
-  EXPECT_EQ(to_string(static_cast<M>(64)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(72)), "?");
   EXPECT_EQ(to_string(static_cast<M>(255)), "?");
 }
 
@@ -100,14 +107,14 @@ TEST(MessageTable, PermissionsMatrix) {
   auto allowed = [](Role receiver, Role sender) -> std::set<M> {
     using R = Role;
     if (receiver == R::kScheduler && sender == R::kServer)
-      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kReplicaSetAck,
+      return {M::kRegister, M::kHeartbeat, M::kMembershipAck, M::kReplicaSetAck, M::kPlacement,
               M::kMetrics,  M::kTimeline,  M::kClock,         M::kError};
     if (receiver == R::kScheduler && sender == R::kWorker)
       return {M::kRegister, M::kUnregister, M::kLocate, M::kBarrier, M::kHeartbeat,
               M::kMetrics,  M::kTimeline,   M::kClock,  M::kError};
     if (receiver == R::kServer && sender == R::kScheduler)
-      return {M::kRegisterReply, M::kMembership, M::kShutdown,
-              M::kReplicaSet,    M::kClockReply, M::kError};
+      return {M::kRegisterReply,  M::kMembership, M::kShutdown, M::kReplicaSet,
+              M::kPlacementReply, M::kClockReply, M::kError};
     if (receiver == R::kServer && sender == R::kServer)
       return {M::kReplicate, M::kReplicateCommit, M::kReplicateAck, M::kError};
     if (receiver == R::kServer && sender == R::kWorker)

@@ -18,9 +18,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../integration/raw_worker.h"
+#include "../integration/relay.h"
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
 #include "ps/protocol.h"
@@ -28,6 +30,7 @@
 #include "ps/scheduler.h"
 #include "ps/server.h"
 #include "transport/factory.h"
+#include "transport/tcp/frame.h"
 
 namespace psrt::ps {
 namespace {
@@ -48,7 +51,7 @@ struct TestServer {
     server.stop();
   }
 
-  void start(const std::string& scheduler_address) {
+  void start(const std::string& scheduler_address, std::uint32_t rank = 0) {
     server.on_control = [this](const Header& h, std::span<const std::byte> payload) {
       std::lock_guard lock(mu);
       if (h.type == MsgType::kShutdown) {
@@ -59,6 +62,7 @@ struct TestServer {
       }
     };
     endpoint = std::make_shared<Endpoint>(kSecret, Role::kServer, Limits{});
+    endpoint->set_self_rank(rank);
     endpoint->set_handler(&server);
     transport = transport::create_transport("tcp", endpoint);
     server.set_transport(*transport);
@@ -71,7 +75,7 @@ struct TestServer {
     Header reg;
     reg.type = MsgType::kRegister;
     reg.set_role(Role::kServer);
-    reg.set_rank(0);
+    reg.set_rank(rank);
     requests.call(*peer, reg, encode_lines({&address, 1}), "REGISTER", 10s);
   }
 
@@ -162,8 +166,19 @@ struct TestWorker {
   void register_worker() {
     rank = test::register_raw_worker(raw, handler.requests).header.assigned_rank();
   }
-  void connect_server(const std::string& address) {
-    server = raw.endpoint->connect(*raw.transport, address, rank, Role::kServer, 0, 10s);
+  void connect_server(const std::string& address, std::uint32_t server_rank = 0) {
+    server = raw.endpoint->connect(*raw.transport, address, rank, Role::kServer, server_rank, 10s);
+  }
+  // LOCATE of `key` (placed on first sight): its slices, as the scheduler's shard map has them.
+  std::vector<SliceRecord> locate(std::uint64_t key, std::uint64_t total) {
+    Header h;
+    h.type = MsgType::kLocate;
+    h.key = key;
+    h.total = total;
+    auto reply = handler.requests.call(*raw.scheduler, h, {}, "LOCATE", 10s);
+    std::vector<SliceRecord> slices;
+    EXPECT_TRUE(decode_slices(reply.payload, total, 8, slices).ok());
+    return slices;
   }
 
   // Sends `h` (with `data` as its payload) to the server; a PULL_REPLY's weights land in `out`.
@@ -204,6 +219,7 @@ struct TestWorker {
     return h;
   }
   Answer init() {
+    locate(kKey, kInit.size());
     Header h = slice_header(MsgType::kInit);
     h.dtype = WireType::kF32;
     auto f = start(h, kInit);
@@ -256,7 +272,10 @@ class ServerSchedulerTest : public ::testing::Test {
              int threads = 1) {
     SchedulerConfig sc;
     sc.secret = kSecret;
-    sc.num_servers = 1;
+    sc.num_servers = num_servers;
+    // Every test key is one slice (the servers check no cut: ServerConfig::partition_bytes 0).
+    sc.partition_bytes = std::size_t{1} << 30;
+    if (configure_scheduler) configure_scheduler(sc);
     sc.num_workers = static_cast<std::uint32_t>(workers);
     scheduler = std::make_unique<Scheduler>(sc);
     ServerConfig config;
@@ -269,6 +288,10 @@ class ServerSchedulerTest : public ::testing::Test {
     if (configure) configure(config);
     server = std::make_unique<TestServer>(config);
     server->start(scheduler->address());
+    for (std::uint32_t r = 1; r < num_servers; ++r) {
+      other_servers.push_back(std::make_unique<TestServer>(config));
+      other_servers.back()->start(scheduler->address(), r);
+    }
     for (int i = 0; i < workers; ++i) {
       worker.push_back(std::make_unique<TestWorker>());
       worker.back()->connect(scheduler->address());
@@ -289,15 +312,19 @@ class ServerSchedulerTest : public ::testing::Test {
 
   void TearDown() override {
     worker.clear();
+    other_servers.clear();
     server.reset();
     scheduler.reset();
   }
 
   std::string checkpoint_dir;  // the server's (--checkpoint-dir); set before start()
   std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<TestServer> server;
+  std::unique_ptr<TestServer> server;                      // rank 0
+  std::uint32_t num_servers = 1;                           // set before start()
+  std::vector<std::unique_ptr<TestServer>> other_servers;  // ranks 1, 2, ...
   std::vector<std::unique_ptr<TestWorker>> worker;
   std::function<void(ServerConfig&)> configure;  // applied to the server's config by start()
+  std::function<void(SchedulerConfig&)> configure_scheduler;  // likewise, the scheduler's
 };
 
 TEST_F(ServerSchedulerTest, SyncRoundAppliesTheMeanOfEveryWorkersGradient) {
@@ -350,6 +377,7 @@ TEST_F(ServerSchedulerTest, SspKeepsAFastWorkerWithinTheStalenessBound) {
 
 // Initialises `key` as `count` copies of `value` through worker w.
 void init_key(TestWorker& w, std::uint64_t key, std::size_t count, float value) {
+  w.locate(key, count);
   Header h = TestWorker::slice_header(MsgType::kInit, count);
   h.key = key;
   const std::vector<float> data(count, value);
@@ -421,6 +449,7 @@ TEST_F(ServerSchedulerTest, ALargeSliceSplitBetweenThreadsIsUpdatedExactly) {
     g0[i] = static_cast<float>(i % 7);
     g1[i] = static_cast<float>(i % 7 + 2);
   }
+  worker[0]->locate(kLarge, kCount);
   auto f = worker[0]->start(init, w0);
   ASSERT_TRUE(TestWorker::wait(f).first.ok());
   Header h = TestWorker::slice_header(MsgType::kPushPull, kCount);
@@ -638,7 +667,10 @@ namespace {
 // worker's quotas, and from a connection whose rank is no longer its registration's.
 class InitSecurity : public ServerSchedulerTest {
  protected:
-  Answer init_key(TestWorker& w, std::uint64_t key) {
+  // An INIT of `key` (4 values, one slice) as the shard map has it, LOCATEd first; `located`
+  // false: sent without a LOCATE, as an attacker may.
+  Answer init_key(TestWorker& w, std::uint64_t key, bool located = true) {
+    if (located) w.locate(key, kInit.size());
     Header h = TestWorker::slice_header(MsgType::kInit);
     h.key = key;
     auto f = w.start(h, kInit);
@@ -665,11 +697,126 @@ TEST_F(InitSecurity, AnInitFromARankThatLeftIsRefused) {
   Header bye;
   bye.type = MsgType::kUnregister;
   worker[1]->handler.requests.call(*worker[1]->raw.scheduler, bye, {}, "UNREGISTER", 10s);
-  const auto [status, reply] = init_key(*worker[1], 200);
+  const auto [status, reply] = init_key(*worker[1], 200, /*located=*/false);
   EXPECT_FALSE(status.ok()) << "a worker that left stored a key";
   EXPECT_NE(status.message().find("no longer a live member"), std::string::npos)
       << status.message();
   EXPECT_FALSE(server->server.held(200, 0));
+}
+
+// The INIT obeys the shard map's placement, not only its cut: a key no LOCATE placed is stored
+// nowhere, and a slice is stored only on the server the map names (no second, divergent copy).
+TEST_F(InitSecurity, AnInitOfAKeyNeverLocatedIsRefused) {
+  start(1);
+  const auto [status, reply] = init_key(*worker[0], 300, /*located=*/false);
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument) << status.message();
+  EXPECT_NE(status.message().find("INIT of key 300 slice 0 as [0, +4) of 4: the shard map has no "
+                                  "such slice (the key was never located"),
+            std::string::npos)
+      << status.message();
+  EXPECT_FALSE(server->server.held(300, 0)) << "a key never located was stored";
+  // Once located, the same INIT is stored; a later one of the same slice asks nothing.
+  EXPECT_TRUE(init_key(*worker[0], 300).first.ok());
+  EXPECT_TRUE(server->server.held(300, 0));
+  const auto [again, again_reply] = init_key(*worker[0], 300, /*located=*/false);
+  EXPECT_TRUE(again.ok()) << again.message();
+  EXPECT_FALSE(again_reply.stored());
+}
+
+TEST_F(InitSecurity, AnInitOnAServerTheMapDoesNotNameIsRefused) {
+  num_servers = 2;
+  start(1);  // key kKey: on server 0, the least loaded (lowest rank on ties)
+  const auto slices = worker[0]->locate(400, kInit.size());
+  ASSERT_EQ(slices.size(), 1u);
+  ASSERT_EQ(slices[0].server, 1u) << "the second key goes to the server holding nothing";
+  // The attacker INITs key 400 on server 0, which the map does not name, then kKey's slice on
+  // server 1: both refused, naming the server the map places each on.
+  const auto [wrong, r0] = init_key(*worker[0], 400);
+  EXPECT_EQ(wrong.code(), ErrorCode::kInvalidArgument) << wrong.message();
+  EXPECT_NE(wrong.message().find("INIT of key 400 slice 0 on server 0, but the shard map places "
+                                 "that slice on server 1"),
+            std::string::npos)
+      << wrong.message();
+  EXPECT_FALSE(server->server.held(400, 0)) << "a divergent copy was stored on server 0";
+  auto& server1 = *other_servers.at(0);
+  TestWorker& w = *worker[0];
+  w.connect_server(server1.address, 1);
+  const std::vector<float> other = {9, 9, 9, 9};
+  auto f = w.start(TestWorker::slice_header(MsgType::kInit), other);
+  const auto [copy, r1] = TestWorker::wait(f);
+  EXPECT_NE(copy.message().find("places that slice on server 0"), std::string::npos)
+      << copy.message();
+  EXPECT_FALSE(server1.server.held(kKey, 0)) << "a second copy of key 7 was stored on server 1";
+  // Where the map names it, key 400 is stored.
+  EXPECT_TRUE(init_key(w, 400).first.ok());
+  EXPECT_TRUE(server1.server.held(400, 0));
+}
+
+// The checkpoint MANIFEST is written off the scheduler's progress thread, in batches (issue 30):
+// a LOCATE is answered while a MANIFEST write is stalled (its temporary file is a FIFO nobody
+// reads, as a hung disk would be), and a write that fails stops the job naming the MANIFEST.
+TEST_F(InitSecurity, ALocateIsAnsweredWhileTheManifestWriteIsStalled) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("psrt_manifest_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  configure_scheduler = [&](SchedulerConfig& c) { c.checkpoint_dir = dir; };
+  start(1);
+  // A barrier is answered once the keys placed before it (kKey) are in the MANIFEST.
+  ASSERT_TRUE(worker[0]->control(MsgType::kBarrier).first.ok());
+  ASSERT_TRUE(std::filesystem::exists(dir + "/MANIFEST"));
+  const std::string held = dir + "/MANIFEST.tmp";
+  ASSERT_EQ(::mkfifo(held.c_str(), 0600), 0) << held;
+  struct Release {  // lets the stalled write go on (and fail), whatever the test found
+    std::string fifo, dir;
+    int fd = -1;
+    void release() {
+      if (fd < 0) fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    }
+    ~Release() {
+      release();
+      if (fd >= 0) ::close(fd);
+      std::filesystem::remove_all(dir);
+    }
+  } write{held, dir};
+  auto located = std::async(std::launch::async, [&] {
+    for (std::uint64_t key = 1000; key < 1100; ++key)
+      worker[0]->locate(key, 4);
+  });
+  EXPECT_EQ(located.wait_for(5s), std::future_status::ready)
+      << "LOCATE waited for the MANIFEST write: it runs on the scheduler's progress thread";
+  write.release();
+  located.wait();
+  // The stalled write fails at fsync (a FIFO refuses it): the job stops, naming the MANIFEST.
+  const Status ended = scheduler->wait(10s);
+  EXPECT_NE(ended.message().find("cannot write the checkpoint MANIFEST"), std::string::npos)
+      << ended.message();
+  worker.clear();
+  server.reset();
+  scheduler.reset();
+}
+
+// Pushes still arriving count against a worker's max_queued (issue 30): each holds its payload's
+// memory from the moment it was placed. A relay leaves one push half-sent.
+TEST_F(InitSecurity, PushesStillArrivingCountAgainstMaxQueued) {
+  configure = [](ServerConfig& c) { c.max_queued = 2; };
+  start(2);  // sync: worker 0's pushes wait for worker 1's
+  TestWorker& w = *worker[0];
+  test::Relay relay(server->address);
+  w.connect_server(relay.address());
+  relay.hold_after(transport::tcp::kFramePrefixBytes + kHeaderBytes + 8);  // half of 16 bytes
+  auto arriving = w.start(TestWorker::slice_header(MsgType::kPush), std::vector<float>{1, 1, 1, 1});
+  ASSERT_TRUE(relay.wait_held(10s));
+  std::this_thread::sleep_for(200ms);  // the server has placed what arrived
+  w.connect_server(server->address);
+  EXPECT_TRUE(w.push({1, 1, 1, 1}).first.ok()) << "queued 0, arriving 1: within 2";
+  const auto [refused, reply] = w.push({1, 1, 1, 1});
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument) << refused.message();
+  EXPECT_NE(refused.message().find("worker 0 has 2 gradients of key 7 slice 0 waiting or arriving"),
+            std::string::npos)
+      << refused.message();
+  relay.release();
+  EXPECT_TRUE(TestWorker::wait(arriving).first.ok()) << "the push held back landed";
 }
 
 // Many authenticated connections of one rank (each could pin a half-sent 4 MiB push) are

@@ -1,0 +1,42 @@
+// The scheduler's answer to PLACEMENT (issue 30): a server asks, at the first INIT of a slice it
+// does not hold, whether the shard map places that slice on it. Only the scheduler knows: which
+// server holds a slice depends on the keys placed before it (ps/shard_map.h), and with replicas
+// on the servers lost since (owner_). A worker that INITs a key it never LOCATEd, or a slice on a
+// server the map does not name (a second, divergent copy), is refused by the server.
+#include <fmt/core.h>
+
+#include "base/log.h"
+#include "ps/scheduler.h"
+
+namespace psrt::ps {
+
+using Lock = std::unique_lock<std::mutex>;
+
+std::uint32_t Scheduler::serving_server_locked(const Header& h) const {
+  const std::vector<SliceRecord>* slices = shards_.find(h.key);
+  if (!slices || shards_.total(h.key) != h.total) return kAnyRank;
+  for (const SliceRecord& s : *slices)
+    if (s.index == h.slice())
+      return s.offset == h.offset && s.count == h.count ? owner_[s.server] : kAnyRank;
+  return kAnyRank;
+}
+
+void Scheduler::on_placement(Peer& peer, const Header& h) {
+  Lock lock(mu_);
+  if (peer.role() != Role::kServer || peer.rank() >= servers_.size() ||
+      servers_[peer.rank()].get() != &peer)
+    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
+                           fmt::format("PLACEMENT from {}, which is not a registered server of "
+                                       "the job",
+                                       peer.name()),
+                           true);
+  Header r;
+  r.type = MsgType::kPlacementReply;
+  r.request_id = h.request_id;
+  r.key = h.key;
+  r.set_served_by(serving_server_locked(h));
+  r.set_asking_server(peer.rank());
+  peer.send(r);
+}
+
+}  // namespace psrt::ps
