@@ -16,9 +16,9 @@
 //    cannot pass a signal on); 1 when it was stopped for one of the reasons above.
 #pragma once
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 // argv: everything after "--internal-remote". Returns the process's exit status.
 int run_remote_side(int argc, char** argv);
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

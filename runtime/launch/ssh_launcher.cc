@@ -9,7 +9,7 @@
 
 extern char** environ;
 
-namespace psrt::runtime {
+namespace psrt::launch {
 namespace {
 
 // Single quotes for a POSIX shell: the remote login shell parses ssh's command string.
@@ -123,4 +123,4 @@ int SshLauncher::run(const JobSpec& job) {
   return LocalLauncher().run(local);
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

@@ -26,7 +26,7 @@
 
 #include "runtime/launch/launcher.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 struct SshOptions {
   std::vector<std::string> ssh_args;  // before psrun's own options: they win (ssh keeps the first)
@@ -54,4 +54,4 @@ class SshLauncher final : public LaunchBackend {
   SshOptions options_;
 };
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

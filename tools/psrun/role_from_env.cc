@@ -20,12 +20,12 @@
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 #include "runtime/job_secret.h"
-#include "runtime/launch/local_launcher.h"
+#include "runtime/launch/factory.h"
 #include "runtime/listen_address.h"
 #include "runtime/scheduler_process.h"
 #include "tools/psrun/observe.h"
 
-namespace psrt::tools {
+namespace psrt::psrun {
 namespace {
 
 std::string host_name() {
@@ -154,16 +154,15 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
   else if (job && !scheduler_given)
     wait_for_scheduler(job->scheduler);
   // PSRT_METRICS_PORT: this rank serves the job's live metrics (before its own process starts).
-  const auto observation = scheduler ? psrun::observe_hosted_scheduler(*scheduler) : std::nullopt;
+  const auto observation = scheduler ? observe_hosted_scheduler(*scheduler) : std::nullopt;
 
-  runtime::JobSpec spec;
-  runtime::ProcessSpec p;
+  launch::JobSpec spec;
+  launch::ProcessSpec p;
   p.label = fmt::format("{} {}@{}", role, rank, host_name());
   p.argv = role == "server" ? std::vector<std::string>{self_exe, "--internal-server"} : command;
   spec.workers.push_back(std::move(p));
-  runtime::LocalLauncher launcher;
-  const int rc = launcher.run(spec);
+  const int rc = launch::make_launch_backend("local")->run(spec);
   return scheduler ? serve_until_job_ends(*scheduler, rc) : rc;
 }
 
-}  // namespace psrt::tools
+}  // namespace psrt::psrun
