@@ -13,6 +13,7 @@ SshOptions ssh_options_of(const LaunchOptions& o) {
   ssh.ssh_args = o.ssh_args;
   ssh.remote_psrun = o.self;
   ssh.keepalive_timeout = o.keepalive_timeout;
+  ssh.cwd = o.cwd;
   return ssh;
 }
 

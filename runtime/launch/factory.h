@@ -27,6 +27,7 @@ struct LaunchOptions {
   std::vector<std::string> ssh_args;    // ssh: before psrun's own ssh options
   std::vector<std::string> extra_args;  // mpi, slurm: given to mpirun / srun before the program
   std::string self;                     // ssh: psrun's path on every host
+  std::string cwd;                      // ssh: where commands run on hosts that have it
   std::chrono::milliseconds keepalive_timeout{10'000};  // ssh (PSRT_PEER_TIMEOUT_MS)
   bool dry_run = false;  // mpi, slurm: print the engine's command, start nothing
 };

@@ -113,6 +113,26 @@ pid_t start_command(char** argv, const std::vector<std::string>& env, const std:
   return -1;
 }
 
+// Into psrun's working directory `cwd` when this host has it (a shared filesystem, or the same
+// path on each host, as mpirun does). Without it, COMMAND runs in the login directory, said on
+// stderr, unless `program` is a path relative to `cwd`: false then, having said why and the fix.
+bool enter(const std::string& cwd, const std::string& program) {
+  if (::chdir(cwd.c_str()) == 0) return true;
+  const std::string why = std::strerror(errno);
+  if (program.find('/') != std::string::npos && program.front() != '/') {
+    say("the program '" + program + "' is relative to psrun's working directory " + cwd +
+        ", which this host lacks (" + why +
+        "): give the program's absolute path, or start psrun from a directory every host has "
+        "at the same path (a shared filesystem); not starting the command");
+    return false;
+  }
+  char here[4096] = {};
+  say("psrun's working directory " + cwd + " is not on this host (" + why +
+      "): the command runs in " + (::getcwd(here, sizeof here - 1) ? here : "the login directory") +
+      ", where relative paths resolve");
+  return true;
+}
+
 // Acts on the lines psrun sent; false once stdin has ended.
 bool read_control(pid_t group, std::string& pending, Clock::time_point& last_keepalive) {
   char chunk[1024];
@@ -169,12 +189,15 @@ int supervise(pid_t pid, milliseconds keepalive_timeout, std::string pending) {
 
 int run_remote_side(int argc, char** argv) {
   milliseconds keepalive_timeout{10'000};
+  std::string cwd;
   int i = 0;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;
     if (a == "--keepalive-timeout-ms" && i + 1 < argc) {
       keepalive_timeout = milliseconds(std::max(100L, std::atol(argv[++i])));
+    } else if (a == "--cwd" && i + 1 < argc) {
+      cwd = argv[++i];
     } else {
       say("unknown option '" + a +
           "' (psrun --internal-remote is started by psrun --launcher ssh)");
@@ -209,6 +232,7 @@ int run_remote_side(int argc, char** argv) {
     say(std::string("placement: ") + e.what() + "; not starting the command");
     return 1;
   }
+  if (!cwd.empty() && !enter(cwd, argv[i + 1])) return 127;
   int status = 1;
   const pid_t pid = start_command(argv + i + 1, env, cpus, status);
   if (pid < 0) return status;

@@ -39,8 +39,9 @@ std::vector<std::pair<std::string, std::string>> remote_environment(const Proces
 }
 
 std::string remote_command(const ProcessSpec& spec, const SshOptions& o) {
-  std::string cmd = "exec " + shell_quote(o.remote_psrun) + " --internal-remote " +
-                    "--keepalive-timeout-ms " + std::to_string(o.keepalive_timeout.count()) + " --";
+  std::string cmd = "exec " + shell_quote(o.remote_psrun) + " --internal-remote ";
+  if (!o.cwd.empty()) cmd += "--cwd " + shell_quote(o.cwd) + " ";
+  cmd += "--keepalive-timeout-ms " + std::to_string(o.keepalive_timeout.count()) + " --";
   for (const auto& a : spec.argv) {
     cmd += ' ';
     cmd += shell_quote(a);

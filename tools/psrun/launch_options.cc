@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 
 #include "base/interfaces.h"
 #include "psrt/error.h"
@@ -66,6 +67,8 @@ launch::LaunchOptions launch_options(const std::string& launcher, const SshFlags
     o.ssh_args = split_ssh_args(h.ssh_args);
     o.self = self;
     o.keepalive_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+    std::error_code ec;
+    o.cwd = std::filesystem::current_path(ec).string();  // empty when it is gone
   }
   if (launcher == "mpi") {
     o.hosts = h.hosts;

@@ -38,7 +38,7 @@ std::optional<launch::HostAssignment> engine_hosts(const std::string& launcher,
 // The options of `launcher`'s backend (runtime/launch/factory.h) from psrun's flags: -H,
 // --hostfile and --dry-run for mpi, --ssh-args for ssh, --mpirun-args / --srun-args; `self` is
 // psrun's own path (what every host of an ssh job runs), the ssh keepalive timeout
-// PSRT_PEER_TIMEOUT_MS.
+// PSRT_PEER_TIMEOUT_MS, and psrun's working directory where the ssh job's commands run.
 launch::LaunchOptions launch_options(const std::string& launcher, const SshFlags& hosts,
                                      const EngineFlags& flags, const std::string& self);
 
