@@ -17,8 +17,7 @@ SshOptions ssh_options_of(const LaunchOptions& o) {
   return ssh;
 }
 
-std::unique_ptr<LaunchBackend> make_launch_backend(std::string_view name,
-                                                   const LaunchOptions& o) {
+std::unique_ptr<LaunchBackend> make_launch_backend(std::string_view name, const LaunchOptions& o) {
   if (name == "local") return std::make_unique<LocalLauncher>();
   if (name == "ssh") return std::make_unique<SshLauncher>(ssh_options_of(o));
   EngineLaunchOptions engine;

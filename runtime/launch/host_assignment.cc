@@ -110,7 +110,8 @@ std::vector<HostSlots> hosts_from(const std::string& list, const std::string& pa
 }
 
 HostAssignment assign_hosts(const std::vector<HostSlots>& hosts,
-                            const std::vector<std::string>& server_hosts, int servers, int workers) {
+                            const std::vector<std::string>& server_hosts, int servers,
+                            int workers) {
   const std::vector<HostSlots>& worker_hosts = hosts;
   int slots = 0;
   for (const auto& h : worker_hosts)

@@ -119,7 +119,7 @@ pid_t start_command(char** argv, const std::vector<std::string>& env, const std:
 bool enter(const std::string& cwd, const std::string& program) {
   if (::chdir(cwd.c_str()) == 0) return true;
   const std::string why = std::strerror(errno);
-  if (program.find('/') != std::string::npos && program.front() != '/') {
+  if (!program.empty() && program.front() != '/' && program.find('/') != std::string::npos) {
     say("the program '" + program + "' is relative to psrun's working directory " + cwd +
         ", which this host lacks (" + why +
         "): give the program's absolute path, or start psrun from a directory every host has "

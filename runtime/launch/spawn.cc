@@ -208,14 +208,9 @@ Spawned spawn(const SpawnRequest& request) {
   sigset_t all, previous;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const ChildPlan plan{argv.data(),
-                       envp.data(),
-                       {fds[0], fds[1], fds[2]},
-                       status_write.get(),
-                       &request,
-                       request.mask ? request.mask : &previous,
-                       ::getpid(),
-                       &cpus};
+  const ChildPlan plan{argv.data(),        envp.data(), {fds[0], fds[1], fds[2]},
+                       status_write.get(), &request,    request.mask ? request.mask : &previous,
+                       ::getpid(),         &cpus};
   const pid_t pid = ::fork();
   if (pid == 0) exec_child(plan);
   const int fork_errno = errno;

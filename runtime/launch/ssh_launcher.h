@@ -7,11 +7,11 @@
 // PSRUN is this psrun's own path: psrun and COMMAND must be at the same paths on every host (a
 // shared filesystem or the same install, as with mpirun). DIR is psrun's working directory:
 // COMMAND runs there on a host that has it (relative paths mean the same as on psrun's host),
-// else in the login directory, where a program given relative to DIR is refused. The environment (the spec's PSRT_*
-// variables, the job secret among them, and psrun's own PSRT_* and UCX_* variables) goes over
-// ssh's stdin, never on a command line; runtime/launch/remote_side.h describes the remote end.
-// The local ssh processes are run by the local backend (local_launcher.h), so output, failures
-// and the end of the job behave as there, plus:
+// else in the login directory, where a program given relative to DIR is refused. The environment
+// (the spec's PSRT_* variables, the job secret among them, and psrun's own PSRT_* and UCX_*
+// variables) goes over ssh's stdin, never on a command line; runtime/launch/remote_side.h describes
+// the remote end. The local ssh processes are run by the local backend (local_launcher.h), so
+// output, failures and the end of the job behave as there, plus:
 //  - output lines are prefixed "[worker 3@host]"; a failure names the process and its host;
 //    ssh's own exit status 255 (cannot connect, connection lost) is said as such;
 //  - SIGINT/SIGTERM reach the remote command as the same signal (a line on stdin); SIGKILL of

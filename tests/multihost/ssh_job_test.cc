@@ -474,9 +474,10 @@ TEST(SshJobPaths, ARelativeProgramRunsInPsrunsWorkingDirectory) {
   std::ofstream(dir / "show_cwd.sh") << "#!/bin/sh\necho \"cwd=$(pwd) data=$(cat \"$1\")\"\n";
   std::filesystem::permissions(dir / "show_cwd.sh", std::filesystem::perms::owner_all);
   std::ofstream(dir / "data.txt") << "relative-data\n";
-  ProcessGroup job("cd " + dir.string() + " && exec " + hosts.exec_prefix(0) + " " PSRUN_PATH
-                   " --launcher ssh --ssh-args '" + hosts.ssh_args_string() +
-                       "' --transport tcp -n 1 -H " + hosts.address(1) + " -- ./show_cwd.sh data.txt",
+  ProcessGroup job("cd " + dir.string() + " && exec " + hosts.exec_prefix(0) +
+                       " " PSRUN_PATH " --launcher ssh --ssh-args '" + hosts.ssh_args_string() +
+                       "' --transport tcp -n 1 -H " + hosts.address(1) +
+                       " -- ./show_cwd.sh data.txt",
                    scratch("relative.txt"));
   const int rc = job.wait(60s);
   const std::string out = job.out();

@@ -58,8 +58,8 @@ TEST(HostList, ReadsAHostfileAndNamesItsBadLine) {
     read_hostfile(path);
     ADD_FAILURE() << "a bad line was accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "--hostfile " + std::string(path) + " line 5: unknown 'slot=3' (expected 'host slots=N')");
+    EXPECT_EQ(std::string(e.what()), "--hostfile " + std::string(path) +
+                                         " line 5: unknown 'slot=3' (expected 'host slots=N')");
   }
   std::ofstream(path) << "a slots=2\nb\n";
   const auto h = hosts_from("", path);
@@ -91,7 +91,9 @@ TEST(HostAssignment, LostHostsGiveTheirProcessesToTheOthers) {
   const auto moved = move_off_hosts(a, {"b"});
   EXPECT_EQ(moved.servers, (Hosts{"a", "a"}));
   EXPECT_EQ(moved.workers, (Hosts{"a", "a", "c", "c"}));
-  EXPECT_EQ(error_of([] { move_off_hosts({{"a"}, {"a"}}, {"a"}); }),
+  EXPECT_EQ(error_of([] {
+              move_off_hosts({{"a"}, {"a"}}, {"a"});
+            }),
             "no host of the job answers ssh any more");
 }
 

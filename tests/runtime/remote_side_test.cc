@@ -196,21 +196,22 @@ TEST(RemoteSide, CwdIsWhereTheCommandRunsAndARelativeProgramWithoutItIsRefused) 
     Remote r({"--cwd", gone, "--", "./prog.sh"});
     r.send("\n");
     EXPECT_EQ(r.wait(5s), 127) << r.out();
-    EXPECT_NE(r.out().find(": the program './prog.sh' is relative to psrun's working directory " +
-                           gone +
-                           ", which this host lacks (No such file or directory): give the "
-                           "program's absolute path, or start psrun from a directory every host "
-                           "has at the same path (a shared filesystem); not starting the command\n"),
-              std::string::npos)
+    EXPECT_NE(
+        r.out().find(": the program './prog.sh' is relative to psrun's working directory " + gone +
+                     ", which this host lacks (No such file or directory): give the "
+                     "program's absolute path, or start psrun from a directory every host "
+                     "has at the same path (a shared filesystem); not starting the command\n"),
+        std::string::npos)
         << r.out();
   }
   {
     Remote r({"--cwd", gone, "--", "/bin/sh", "-c", "echo ok"});
     r.send("\n");
     EXPECT_EQ(r.wait(5s), 0) << r.out();
-    EXPECT_NE(r.out().find("psrun's working directory " + gone +
-                           " is not on this host (No such file or directory): the command runs in "),
-              std::string::npos)
+    EXPECT_NE(
+        r.out().find("psrun's working directory " + gone +
+                     " is not on this host (No such file or directory): the command runs in "),
+        std::string::npos)
         << r.out();
     EXPECT_NE(r.out().find("ok\n"), std::string::npos) << r.out();
   }

@@ -51,7 +51,7 @@ int this_host(const Args& a, const std::string& transport, const InterfaceAddres
 
 int run_preflight(const Args& a, const std::string& transport, const InterfaceAddress& where,
                   const std::optional<launch::HostAssignment>& placement,
-                  const launch::LaunchOptions& launch, const std::string& self_exe) {
+                  const launch::LaunchOptions& ssh, const std::string& self_exe) {
   if (!placement) return this_host(a, transport, where);
   // Every host of the ssh job, one after the other, each connecting to the port psrun holds
   // where its scheduler would listen.
@@ -86,7 +86,7 @@ int run_preflight(const Args& a, const std::string& transport, const InterfaceAd
     launch::JobSpec job;
     job.workers.push_back(std::move(p));
     std::cout.flush();
-    if (launch::make_launch_backend("ssh", launch)->run(job) != 0) failed.push_back(host);
+    if (launch::make_launch_backend("ssh", ssh)->run(job) != 0) failed.push_back(host);
   }
   if (failed.empty()) {
     std::cout << fmt::format("preflight: every host passes ({})\n", hosts.size());

@@ -15,9 +15,9 @@ namespace psrt::psrun {
 
 // Prints one table per host; returns 0 when every host passes, else 1. `where` is the
 // scheduler's interface; `placement` the ssh job's hosts (nullopt: this host only), reached with
-// the ssh backend made from `launch`.
+// the ssh backend made from `ssh`.
 int run_preflight(const Args& a, const std::string& transport, const InterfaceAddress& where,
                   const std::optional<launch::HostAssignment>& placement,
-                  const launch::LaunchOptions& launch, const std::string& self_exe);
+                  const launch::LaunchOptions& ssh, const std::string& self_exe);
 
 }  // namespace psrt::psrun

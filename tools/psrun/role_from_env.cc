@@ -5,11 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <ctime>
-#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -119,8 +119,8 @@ void wait_for_scheduler(const std::string& address) {
 // nullopt on a host without GPUs, or when PSRT_GPU is set already. The engine binds CPUs.
 std::optional<std::string> engine_worker_gpu(const runtime::EngineJob& job) {
   if (std::getenv("PSRT_GPU")) return std::nullopt;
-  const runtime::LocalRank local = runtime::worker_local_rank(job.global_rank, job.num_servers,
-                                                              job.local_rank, job.local_size);
+  const runtime::LocalRank local =
+      runtime::worker_local_rank(job.global_rank, job.num_servers, job.local_rank, job.local_size);
   const int servers_here = std::max(0, job.local_size - local.size);
   try {
     const auto place = placement::place_from_env(
