@@ -88,8 +88,9 @@ const std::vector<EnvVar>& env_contract() {
        "none | numa | core: how psrun binds a job's processes (psrun --bind); unset = "
        "core when the host has a core per process, else numa"},
       {"PSRT_GPU", "", "worker",
-       "set by psrun for a local job on a host with GPUs: this worker's CUDA device (cuda:N in "
-       "its CUDA_VISIBLE_DEVICES numbering), by its rank"},
+       "set by psrun for a worker on a host with GPUs (local and ssh jobs: psrun's placement; "
+       "mpi, slurm, Kubernetes: psrun --role-from-env): this worker's CUDA device (cuda:N in its "
+       "CUDA_VISIBLE_DEVICES numbering), by its rank among the workers on its host"},
       {"PSRT_PLACE", "", "server, worker",
        "set by psrun --launcher ssh: ROLE,LOCAL,WORKERS,SERVERS of the process on its host; the "
        "remote side binds it there by that host's topology (psrun --bind)"},

@@ -1,5 +1,6 @@
-// Starting one process of a job: fork/exec in its own process group, with stdout and stderr on
-// pipes and stdin on /dev/null, and exec failures reported to the parent instead of as exit 127.
+// Starting one process of a job (spawn.h) in its own process group, with stdout and stderr on
+// pipes and stdin on /dev/null or a pipe, and exec failures reported to the parent instead of as
+// exit 127.
 #pragma once
 
 #include <sys/types.h>
@@ -11,7 +12,7 @@
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/unique_fd.h"
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 
 struct SpawnedChild {
   pid_t pid = -1;        // also the id of the child's process group
@@ -27,18 +28,15 @@ struct SpawnOutcome {
   std::string error;
 };
 
-// Starts `spec` and returns once the child has exec'd its command or failed to (bounded: the
-// child does nothing that blocks before exec). With spec.stdin_data, its stdin is a pipe that
-// gets those bytes (whole: they must fit the pipe, 64 KiB) and stays open in stdin_write.
-// Otherwise (the rest as before, bounded: the
-// child does nothing that blocks before exec). The child gets psrun's environment with
-// `spec.env` set on top, argv[0] looked up in PATH when it has no '/', a new process group whose
-// id is its pid, the signal mask `child_mask`, and SIG_DFL for every signal in `reset_to_default`
-// (signals psrun handles or ignores only while it runs). Descriptors of psrun other than 0-2 are
-// not inherited. The child gets SIGKILL when the calling thread ends (PR_SET_PDEATHSIG), so a
-// SIGKILLed psrun leaves no process of its job behind: call it from a thread that lives as long
-// as the job. Safe to call while other threads run: the child only makes async-signal-safe
-// calls between fork and exec.
+// Starts `spec` through spawn() (spawn.h) and returns once the child has exec'd its command or
+// failed to. With spec.stdin_data, its stdin is a pipe that gets those bytes (whole: they must fit
+// the pipe, 64 KiB) and stays open in stdin_write; otherwise stdin is /dev/null. The child gets
+// psrun's environment with `spec.env` set on top, argv[0] looked up in PATH when it has no '/',
+// a new process group whose id is its pid, spec.cpus, the signal mask `child_mask`, and SIG_DFL
+// for every signal in `reset_to_default` (signals psrun handles or ignores only while it runs).
+// Descriptors of psrun other than 0-2 are not inherited. The child gets SIGKILL when the calling
+// thread ends (PR_SET_PDEATHSIG), so a SIGKILLed psrun leaves no process of its job behind: call
+// it from a thread that lives as long as the job.
 SpawnOutcome spawn_child(const ProcessSpec& spec, const sigset_t& child_mask,
                          std::span<const int> reset_to_default);
 
@@ -56,4 +54,4 @@ std::string describe(const ExitStatus& status);
 // "SIGKILL"; strsignal()'s text for signals without an abbreviation.
 std::string signal_name(int sig);
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

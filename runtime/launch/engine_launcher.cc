@@ -9,7 +9,7 @@
 #include "psrt/error.h"
 #include "runtime/launch/local_launcher.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 namespace {
 
 struct Layout {
@@ -130,4 +130,4 @@ std::unique_ptr<LaunchBackend> make_slurm_launcher(EngineLaunchOptions options) 
   return std::make_unique<EngineLauncher>("slurm", std::move(options), &srun_spec);
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

@@ -4,7 +4,7 @@
 // the workers) and prefixes its own output ("[worker 3@node2] ..."). The scheduler stays in psrun
 // (PSRT_SCHEDULER is set, so no rank hosts one).
 //
-//   auto mpi = psrt::runtime::make_mpi_launcher({.host_args = {"-H", "n1:2,n2:2"}});
+//   auto mpi = psrt::launch::make_mpi_launcher({.host_args = {"-H", "n1:2,n2:2"}});
 //   return mpi->run(job);  // job as psrun builds it for the local backend
 #pragma once
 
@@ -14,7 +14,7 @@
 
 #include "runtime/launch/launcher.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 struct EngineLaunchOptions {
   std::vector<std::string> host_args;   // mpi: {"-H", "a:2,b:2"} or {"--hostfile", F}
@@ -38,4 +38,4 @@ ProcessSpec srun_spec(const JobSpec& job, const EngineLaunchOptions& options);
 std::unique_ptr<LaunchBackend> make_mpi_launcher(EngineLaunchOptions options);
 std::unique_ptr<LaunchBackend> make_slurm_launcher(EngineLaunchOptions options);
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

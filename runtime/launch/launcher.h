@@ -1,16 +1,16 @@
 // Launch backends: start the processes of one job, watch them, and stop them together.
-// `local` runs everything on this host; ssh/mpi/slurm backends implement the same interface.
+// `local` runs everything on this host; ssh/mpi/slurm backends implement the same interface;
+// factory.h makes each by name.
 #pragma once
 
 #include <chrono>
 #include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 // Members have default initialisers so that designated initialisers may leave them out.
 struct ProcessSpec {
@@ -68,7 +68,4 @@ class LaunchBackend {
   virtual int run(const JobSpec& job) = 0;
 };
 
-// Backends by name: "local". Throws psrt::Error(kInvalidArgument) naming the known ones.
-std::unique_ptr<LaunchBackend> make_launch_backend(std::string_view name);
-
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <utility>
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 namespace {
 
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
@@ -107,4 +107,4 @@ void LineRelay::append_line(std::string_view line) {
   scratch_ += '\n';
 }
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

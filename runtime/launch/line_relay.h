@@ -8,7 +8,7 @@
 
 #include "runtime/launch/unique_fd.h"
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 
 // Writes all of `data` to `fd`, retrying on EINTR and waiting (bounded) while a non-blocking fd
 // is full. Output that cannot be written (closed pipe, full disk) is dropped: the job does not
@@ -52,4 +52,4 @@ class LineRelay {
   std::string scratch_;  // the next write: whole prefixed lines
 };
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

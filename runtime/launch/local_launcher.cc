@@ -17,7 +17,7 @@
 #include "runtime/launch/line_relay.h"
 #include "runtime/launch/signal_watch.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -442,4 +442,4 @@ int LocalLauncher::run(const JobSpec& job) {
   return run.run();
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

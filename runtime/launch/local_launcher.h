@@ -1,7 +1,7 @@
 // The `local` launch backend: every process of the job is a child of psrun on this host.
 //
-//   psrt::runtime::LocalLauncher launcher;          // prefixed output to psrun's stdout/stderr
-//   psrt::runtime::JobSpec job;
+//   psrt::launch::LocalLauncher launcher;          // prefixed output to psrun's stdout/stderr
+//   psrt::launch::JobSpec job;
 //   job.services.push_back({"scheduler", {"psrt-scheduler"}, {{"PSRT_ROLE", "scheduler"}}});
 //   job.workers.push_back({"worker 0", {"python", "train.py"}, {{"PSRT_RANK", "0"}}});
 //   return launcher.run(job);                       // psrun's exit status
@@ -13,7 +13,7 @@
 
 #include "runtime/launch/launcher.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 // How run() treats the processes, beyond LaunchBackend::run's contract:
 //  - Services start first, in order, then workers; a process that cannot be started ("cannot run
@@ -63,4 +63,4 @@ class LocalLauncher final : public LaunchBackend {
   int err_fd_;
 };
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

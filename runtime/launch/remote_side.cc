@@ -1,9 +1,6 @@
 #include "runtime/launch/remote_side.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,14 +10,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "psrt/error.h"
 #include "runtime/launch/child_process.h"
+#include "runtime/launch/spawn.h"
 #include "runtime/placement/env_place.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -69,34 +68,69 @@ bool read_environment(milliseconds limit, std::vector<std::string>& env, std::st
   }
 }
 
-// `cpus` (empty: unbound) as sched_setaffinity takes them, set up before fork.
-pid_t start_command(char** argv, std::vector<std::string>& env, const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (const int c : cpus)
-    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(137);
-  ::setpgid(0, 0);
-  ::signal(SIGPIPE, SIG_DFL);
-  const int null_fd = ::open("/dev/null", O_RDONLY);
-  ::dup2(null_fd, STDIN_FILENO);
-  for (auto& kv : env)
-    ::putenv(kv.data());
-  if (!cpus.empty() && ::sched_setaffinity(0, sizeof(set), &set) != 0) {
-    say(std::string("cannot bind '") + argv[0] + "' to its CPUs: sched_setaffinity: " +
-        std::strerror(errno) + " (psrun --bind none leaves processes unbound)");
-    ::_exit(127);
+// COMMAND in its own process group, dying with this process, stdin on /dev/null, stdout and
+// stderr straight to ssh, `env` ("NAME=VALUE"; a bare NAME removes it, as putenv does) on top of
+// the login environment, bound to `cpus` (empty: unbound). -1 when it could not be started,
+// having said why; `status` is then this process's exit status.
+pid_t start_command(char** argv, const std::vector<std::string>& env, const std::vector<int>& cpus,
+                    int& status) {
+  launch::SpawnRequest r;
+  for (char** a = argv; *a != nullptr; ++a)
+    r.argv.emplace_back(*a);
+  for (const auto& kv : env) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      r.env.emplace_back(kv, std::nullopt);
+    else
+      r.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  r.in = launch::kNullFd;
+  r.own_group = true;
+  r.die_with_parent = true;
+  r.cpus = cpus;
   sigset_t none;
   ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execvp(argv[0], argv);
-  say(std::string("cannot run '") + argv[0] + "': " + std::strerror(errno));
-  ::_exit(127);
+  r.mask = &none;
+  static constexpr int kIgnored[] = {SIGPIPE};  // ignored here, default for the command
+  r.reset_to_default = kIgnored;
+  const launch::Spawned s = launch::spawn(r);
+  if (!s.failure) return s.pid;
+  const std::string cause = std::strerror(s.failure->error);
+  switch (s.failure->step) {
+    case launch::SpawnFailure::Step::kExec:
+      say(std::string("cannot run '") + argv[0] + "': " + cause);
+      status = 127;
+      break;
+    case launch::SpawnFailure::Step::kAffinity:
+      say(std::string("cannot bind '") + argv[0] + "' to its CPUs: sched_setaffinity: " + cause +
+          " (psrun --bind none leaves processes unbound)");
+      status = 127;
+      break;
+    default:
+      say(launch::describe(*s.failure, argv[0], cpus));
+      status = 1;
+  }
+  return -1;
+}
+
+// Into psrun's working directory `cwd` when this host has it (a shared filesystem, or the same
+// path on each host, as mpirun does). Without it, COMMAND runs in the login directory, said on
+// stderr, unless `program` is a path relative to `cwd`: false then, having said why and the fix.
+bool enter(const std::string& cwd, const std::string& program) {
+  if (::chdir(cwd.c_str()) == 0) return true;
+  const std::string why = std::strerror(errno);
+  if (!program.empty() && program.front() != '/' && program.find('/') != std::string::npos) {
+    say("the program '" + program + "' is relative to psrun's working directory " + cwd +
+        ", which this host lacks (" + why +
+        "): give the program's absolute path, or start psrun from a directory every host has "
+        "at the same path (a shared filesystem); not starting the command");
+    return false;
+  }
+  char here[4096] = {};
+  say("psrun's working directory " + cwd + " is not on this host (" + why +
+      "): the command runs in " + (::getcwd(here, sizeof here - 1) ? here : "the login directory") +
+      ", where relative paths resolve");
+  return true;
 }
 
 // Acts on the lines psrun sent; false once stdin has ended.
@@ -155,12 +189,15 @@ int supervise(pid_t pid, milliseconds keepalive_timeout, std::string pending) {
 
 int run_remote_side(int argc, char** argv) {
   milliseconds keepalive_timeout{10'000};
+  std::string cwd;
   int i = 0;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;
     if (a == "--keepalive-timeout-ms" && i + 1 < argc) {
       keepalive_timeout = milliseconds(std::max(100L, std::atol(argv[++i])));
+    } else if (a == "--cwd" && i + 1 < argc) {
+      cwd = argv[++i];
     } else {
       say("unknown option '" + a +
           "' (psrun --internal-remote is started by psrun --launcher ssh)");
@@ -195,12 +232,11 @@ int run_remote_side(int argc, char** argv) {
     say(std::string("placement: ") + e.what() + "; not starting the command");
     return 1;
   }
-  const pid_t pid = start_command(argv + i + 1, env, cpus);
-  if (pid < 0) {
-    say(std::string("fork: ") + std::strerror(errno));
-    return 1;
-  }
+  if (!cwd.empty() && !enter(cwd, argv[i + 1])) return 127;
+  int status = 1;
+  const pid_t pid = start_command(argv + i + 1, env, cpus, status);
+  if (pid < 0) return status;
   return supervise(pid, keepalive_timeout, rest);
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

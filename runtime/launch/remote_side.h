@@ -1,6 +1,10 @@
 // The remote end of an ssh-launched process: `psrun --internal-remote --keepalive-timeout-ms N
 // -- COMMAND...`, started by sshd on a job's host. It ties COMMAND's life to psrun's:
 //
+//  - With `--cwd DIR` (psrun's working directory), COMMAND runs in DIR when this host has it, so
+//    that `./prog` and relative arguments mean what they mean on psrun's host; else in the login
+//    directory (said on stderr), and a program given relative to DIR (`./prog`, `bin/prog`) is
+//    refused with exit status 127, naming the fix (an absolute path, or a shared directory).
 //  - stdin (the ssh channel from psrun) first carries the environment, "NAME=VALUE" lines up to
 //    an empty line, so that the job secret never appears on a command line; COMMAND gets the
 //    login environment with those set on top.
@@ -16,9 +20,9 @@
 //    cannot pass a signal on); 1 when it was stopped for one of the reasons above.
 #pragma once
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 // argv: everything after "--internal-remote". Returns the process's exit status.
 int run_remote_side(int argc, char** argv);
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

@@ -9,7 +9,7 @@
 #include "base/sys_check.h"
 #include "psrt/error.h"
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 namespace {
 
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
@@ -95,4 +95,4 @@ std::vector<int> SignalWatch::take_received() {
   return out;
 }
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

@@ -8,7 +8,7 @@
 
 #include "runtime/launch/unique_fd.h"
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 
 class SignalWatch {
  public:
@@ -44,4 +44,4 @@ class SignalWatch {
   std::vector<int> changed_;
 };
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

@@ -9,7 +9,7 @@
 
 extern char** environ;
 
-namespace psrt::runtime {
+namespace psrt::launch {
 namespace {
 
 // Single quotes for a POSIX shell: the remote login shell parses ssh's command string.
@@ -39,8 +39,9 @@ std::vector<std::pair<std::string, std::string>> remote_environment(const Proces
 }
 
 std::string remote_command(const ProcessSpec& spec, const SshOptions& o) {
-  std::string cmd = "exec " + shell_quote(o.remote_psrun) + " --internal-remote " +
-                    "--keepalive-timeout-ms " + std::to_string(o.keepalive_timeout.count()) + " --";
+  std::string cmd = "exec " + shell_quote(o.remote_psrun) + " --internal-remote ";
+  if (!o.cwd.empty()) cmd += "--cwd " + shell_quote(o.cwd) + " ";
+  cmd += "--keepalive-timeout-ms " + std::to_string(o.keepalive_timeout.count()) + " --";
   for (const auto& a : spec.argv) {
     cmd += ' ';
     cmd += shell_quote(a);
@@ -123,4 +124,4 @@ int SshLauncher::run(const JobSpec& job) {
   return LocalLauncher().run(local);
 }
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

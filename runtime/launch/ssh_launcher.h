@@ -2,14 +2,16 @@
 // started through `ssh HOST` (non-interactive, BatchMode=yes) as
 //
 //   ssh [--ssh-args] -T -o BatchMode=yes -o ServerAliveInterval=S -o ServerAliveCountMax=3 HOST
-//       -- exec PSRUN --internal-remote --keepalive-timeout-ms T -- COMMAND ARGS...
+//       -- exec PSRUN --internal-remote --cwd DIR --keepalive-timeout-ms T -- COMMAND ARGS...
 //
 // PSRUN is this psrun's own path: psrun and COMMAND must be at the same paths on every host (a
-// shared filesystem or the same install, as with mpirun). The environment (the spec's PSRT_*
-// variables, the job secret among them, and psrun's own PSRT_* and UCX_* variables) goes over
-// ssh's stdin, never on a command line; runtime/launch/remote_side.h describes the remote end.
-// The local ssh processes are run by the local backend (local_launcher.h), so output, failures
-// and the end of the job behave as there, plus:
+// shared filesystem or the same install, as with mpirun). DIR is psrun's working directory:
+// COMMAND runs there on a host that has it (relative paths mean the same as on psrun's host),
+// else in the login directory, where a program given relative to DIR is refused. The environment
+// (the spec's PSRT_* variables, the job secret among them, and psrun's own PSRT_* and UCX_*
+// variables) goes over ssh's stdin, never on a command line; runtime/launch/remote_side.h describes
+// the remote end. The local ssh processes are run by the local backend (local_launcher.h), so
+// output, failures and the end of the job behave as there, plus:
 //  - output lines are prefixed "[worker 3@host]"; a failure names the process and its host;
 //    ssh's own exit status 255 (cannot connect, connection lost) is said as such;
 //  - SIGINT/SIGTERM reach the remote command as the same signal (a line on stdin); SIGKILL of
@@ -26,13 +28,16 @@
 
 #include "runtime/launch/launcher.h"
 
-namespace psrt::runtime {
+namespace psrt::launch {
 
 struct SshOptions {
   std::vector<std::string> ssh_args;  // before psrun's own options: they win (ssh keeps the first)
   std::string remote_psrun;           // psrun's path on every host
   std::chrono::milliseconds keepalive_timeout{10'000};
   std::string ssh = "ssh";  // the ssh client program
+  // Non-empty: the remote command runs in this directory where the host has it (--cwd,
+  // remote_side.h): psrun's working directory.
+  std::string cwd{};
 };
 
 // The local process that runs `remote` on remote.host through ssh (label "LABEL@HOST", the
@@ -54,4 +59,4 @@ class SshLauncher final : public LaunchBackend {
   SshOptions options_;
 };
 
-}  // namespace psrt::runtime
+}  // namespace psrt::launch

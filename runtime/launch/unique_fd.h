@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace psrt::runtime::detail {
+namespace psrt::launch::detail {
 
 class UniqueFd {
  public:
@@ -32,4 +32,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace psrt::runtime::detail
+}  // namespace psrt::launch::detail

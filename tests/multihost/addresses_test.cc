@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -118,8 +119,10 @@ TEST(PsrunSsh, DryRunPrintsPerHostWhatWouldStartWithoutTheSecret) {
   for (const char* host : {"host node-s:\n", "host node-a:\n", "host node-b:\n"})
     EXPECT_EQ(count(out, host), 1) << host << "\n" << out;
   EXPECT_NE(out.find("  worker 2: ssh -p 2222 -o BatchMode=yes"), std::string::npos) << out;
-  EXPECT_NE(out.find(" -T node-a -- 'exec " PSRUN_PATH " --internal-remote --keepalive-timeout-ms "
-                     "10000 -- /bin/prog '\\''an arg'\\'''"),
+  // The remote command runs in psrun's working directory where the host has it (--cwd).
+  EXPECT_NE(out.find(" -T node-a -- 'exec " PSRUN_PATH " --internal-remote --cwd " +
+                     std::filesystem::current_path().string() +
+                     " --keepalive-timeout-ms 10000 -- /bin/prog '\\''an arg'\\'''"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("PSRT_SCHEDULER=127.0.0.1:7000"), std::string::npos) << out;

@@ -463,6 +463,32 @@ TEST(SshJobFault, AnUnreachableHostIsNamedWithSshsStatus) {
   EXPECT_GE(wait_none_running(hosts, {kSleep, PSRUN_PATH}, 5s), 0) << out;
 }
 
+// `psrun --launcher ssh -- ./prog data.txt` from a directory the hosts share: the remote command
+// runs in psrun's working directory, so the program and its relative arguments are found there
+// (before, they were looked up in the remote login directory).
+TEST(SshJobPaths, ARelativeProgramRunsInPsrunsWorkingDirectory) {
+  SKIP_WITHOUT_HOSTS();
+  Hosts hosts(2, {.sshd = true});
+  const auto dir = scratch("cwd");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "show_cwd.sh") << "#!/bin/sh\necho \"cwd=$(pwd) data=$(cat \"$1\")\"\n";
+  std::filesystem::permissions(dir / "show_cwd.sh", std::filesystem::perms::owner_all);
+  std::ofstream(dir / "data.txt") << "relative-data\n";
+  ProcessGroup job("cd " + dir.string() + " && exec " + hosts.exec_prefix(0) +
+                       " " PSRUN_PATH " --launcher ssh --ssh-args '" + hosts.ssh_args_string() +
+                       "' --transport tcp -n 1 -H " + hosts.address(1) +
+                       " -- ./show_cwd.sh data.txt",
+                   scratch("relative.txt"));
+  const int rc = job.wait(60s);
+  const std::string out = job.out();
+  show_verdict(out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "[worker 0@" + hosts.address(1) + "] cwd=" + dir.string() +
+                           " data=relative-data\n"),
+            1)
+      << out;
+}
+
 TEST(SshJobSecurity, AWorkerWithAWrongSecretFromAnotherHostIsRefusedAndTheJobStaysExact) {
   SKIP_WITHOUT_HOSTS();
   Hosts hosts(3, {.sshd = true});

@@ -106,6 +106,25 @@ TEST(Bind, EachWorkerGetsItsGpuFromTheTopology) {
   EXPECT_EQ(v.count("[worker 0] gpu=0\n"), 1) << v.out;
 }
 
+// Under an engine (mpirun here, by its variables; srun and Kubernetes alike) `psrun
+// --role-from-env` gives a worker its GPU by its rank among the workers on its host: global
+// rank 3 of 4 with one server on the host is the third worker there, cuda:2.
+TEST(Bind, EngineWorkerGetsItsGpuCountingWorkersOnly) {
+  const std::string engine =
+      kSyntheticNode +
+      " OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=3 "
+      "OMPI_COMM_WORLD_LOCAL_SIZE=4 PSRT_NUM_SERVERS=1 PSRT_SCHEDULER=127.0.0.1:1 "
+      "PSRT_SECRET=0123456789abcdef0123456789abcdef";
+  const std::string print = "sh -c 'echo \"gpu=${PSRT_GPU-unset} local=$PSRT_LOCAL_RANK\"'";
+  const psrt::test::Run r = run_psrun_bounded(engine, "--role-from-env", print, 60s);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.count("] gpu=2 local=2\n"), 1) << r.out;
+  // A PSRT_GPU the engine passes stays; a server gets none.
+  const psrt::test::Run kept =
+      run_psrun_bounded(engine + " PSRT_GPU=7", "--role-from-env", print, 60s);
+  EXPECT_EQ(kept.count("] gpu=7 local=2\n"), 1) << kept.out;
+}
+
 TEST(Bind, CpusThisHostLacksFailNamingThem) {
   cpu_set_t mine;
   ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,16 @@ using namespace std::chrono_literals;
 // stdout+stderr.
 class Remote {
  public:
-  Remote(const std::string& script, int keepalive_ms) {
+  Remote(const std::string& script, int keepalive_ms)
+      : Remote({"--keepalive-timeout-ms", std::to_string(keepalive_ms), "--", "/bin/sh", "-c",
+                script}) {}
+  // `psrun --internal-remote ARGS...`.
+  explicit Remote(std::vector<std::string> args) {
+    args.insert(args.begin(), {PSRUN_PATH, "--internal-remote"});
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
     int in[2], out[2];
     EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
     EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
@@ -33,9 +43,7 @@ class Remote {
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       ::dup2(out[1], 2);
-      const std::string t = std::to_string(keepalive_ms);
-      ::execl(PSRUN_PATH, PSRUN_PATH, "--internal-remote", "--keepalive-timeout-ms", t.c_str(),
-              "--", "/bin/sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      ::execv(PSRUN_PATH, argv.data());
       ::_exit(127);
     }
     ::close(in[0]);
@@ -166,6 +174,49 @@ TEST(RemoteSide, NoEnvironmentBlockStartsNothing) {
   EXPECT_EQ(r.wait(3s), 1) << r.out();
   EXPECT_EQ(r.out().find("started"), std::string::npos) << r.out();
   EXPECT_NE(r.out().find("sent no environment"), std::string::npos) << r.out();
+}
+
+// --cwd: psrun's working directory. Where this host has it, the command runs there (a relative
+// program found); where it lacks it, a program relative to it is refused naming the fix, and
+// any other runs in the login directory, said on stderr.
+TEST(RemoteSide, CwdIsWhereTheCommandRunsAndARelativeProgramWithoutItIsRefused) {
+  char dir_template[] = "/tmp/psrt_remote_cwd_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::ofstream(dir + "/prog.sh") << "#!/bin/sh\necho \"ran in $(pwd)\"\n";
+  ASSERT_EQ(::chmod((dir + "/prog.sh").c_str(), 0755), 0);
+  {
+    Remote r({"--cwd", dir, "--", "./prog.sh"});
+    r.send("\n");
+    EXPECT_EQ(r.wait(5s), 0) << r.out();
+    EXPECT_EQ(r.out(), "ran in " + dir + "\n");
+  }
+  const std::string gone = dir + "/not-here";
+  {
+    Remote r({"--cwd", gone, "--", "./prog.sh"});
+    r.send("\n");
+    EXPECT_EQ(r.wait(5s), 127) << r.out();
+    EXPECT_NE(
+        r.out().find(": the program './prog.sh' is relative to psrun's working directory " + gone +
+                     ", which this host lacks (No such file or directory): give the "
+                     "program's absolute path, or start psrun from a directory every host "
+                     "has at the same path (a shared filesystem); not starting the command\n"),
+        std::string::npos)
+        << r.out();
+  }
+  {
+    Remote r({"--cwd", gone, "--", "/bin/sh", "-c", "echo ok"});
+    r.send("\n");
+    EXPECT_EQ(r.wait(5s), 0) << r.out();
+    EXPECT_NE(
+        r.out().find("psrun's working directory " + gone +
+                     " is not on this host (No such file or directory): the command runs in "),
+        std::string::npos)
+        << r.out();
+    EXPECT_NE(r.out().find("ok\n"), std::string::npos) << r.out();
+  }
+  ::unlink((dir + "/prog.sh").c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

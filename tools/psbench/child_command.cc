@@ -2,81 +2,35 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstring>
-#include <map>
 #include <thread>
 
 #include "base/sys_check.h"
 #include "psrt/error.h"
-
-extern char** environ;
+#include "runtime/launch/spawn.h"
 
 namespace psrt::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> merged_environment(const EnvChanges& changes) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [name, value] : changes) {
-    if (value) {
-      env[name] = *value;
-    } else {
-      env.erase(name);
-    }
-  }
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [name, value] : env) {
-    std::string kv = name;
-    kv += '=';
-    kv += value;
-    out.push_back(std::move(kv));
-  }
-  return out;
-}
-
-// posix_spawnp with stdout and stderr to `out_fd` (-1: /dev/null).
+// Started through runtime/launch/spawn.h, stdout and stderr to `out_fd` (-1: /dev/null).
 pid_t spawn(const std::vector<std::string>& argv, const EnvChanges& env, int out_fd) {
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargv;
-  cargv.reserve(args.size() + 1);
-  for (auto& a : args)
-    cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::vector<std::string> envs = merged_environment(env);
-  std::vector<char*> cenv;
-  cenv.reserve(envs.size() + 1);
-  for (auto& e : envs)
-    cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (out_fd >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out_fd, STDERR_FILENO);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  launch::SpawnRequest r;
+  r.argv = argv;
+  r.env = env;
+  r.in = launch::kNullFd;
+  r.out = r.err = out_fd >= 0 ? out_fd : launch::kNullFd;
+  const launch::Spawned s = launch::spawn(r);
+  if (s.failure) {
+    throw Error(ErrorCode::kSystem,
+                "cannot start " + argv.at(0) + ": " + std::strerror(s.failure->error));
   }
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    throw Error(ErrorCode::kSystem, "cannot start " + argv[0] + ": " + std::strerror(rc));
-  }
-  return pid;
+  return s.pid;
 }
 
 int exit_code(int status) {

@@ -1,4 +1,5 @@
-// Other programs psbench suite runs on this host (psrun, ucx_perftest), each bounded in time.
+// Other programs psbench suite runs on this host (psrun, ucx_perftest), each bounded in time,
+// started by runtime/launch/spawn.h.
 #pragma once
 
 #include <sys/types.h>
@@ -9,10 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/launch/spawn.h"
+
 namespace psrt::bench {
 
 // Environment changes for a child: {name, value} sets, {name, nullopt} removes.
-using EnvChanges = std::vector<std::pair<std::string, std::optional<std::string>>>;
+using EnvChanges = launch::EnvChanges;
 
 struct CommandOutput {
   int exit_code = -1;      // 128 + signal when a signal ended it

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,29 +11,23 @@
 
 #include "base/sys_check.h"
 #include "psrt/error.h"
-
-extern char** environ;
+#include "runtime/launch/spawn.h"
 
 namespace psrt::bench {
 
 PeerProcess::PeerProcess(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
   int pipefd[2];
   PSRT_SYS_CHECK(::pipe2(pipefd, O_CLOEXEC));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
-  std::vector<char*> argv;
-  static std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int rc = ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  launch::SpawnRequest r;
+  r.argv = {"/proc/self/exe"};
+  r.argv.insert(r.argv.end(), args.begin(), args.end());
+  r.in = r.err = launch::kInheritFd;
+  r.out = pipefd[1];
+  const launch::Spawned s = launch::spawn(r);
   ::close(pipefd[1]);
   out_fd_ = pipefd[0];
-  if (rc != 0) throw_system_error("posix_spawn of the peer process", rc);
+  if (s.failure) throw_system_error("starting the peer process", s.failure->error);
+  pid_ = s.pid;
 
   std::string line;
   auto deadline = std::chrono::steady_clock::now() + timeout;

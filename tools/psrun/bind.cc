@@ -45,7 +45,7 @@ namespace {
 
 // An ssh job: every process gets PSRT_PLACE (its role, index on its host, the job's workers and
 // servers there); the remote side plans with that host's topology and binds it.
-void place_ssh_job(const Args& a, runtime::JobSpec& job) {
+void place_ssh_job(const Args& a, launch::JobSpec& job) {
   std::map<std::string, std::pair<int, int>> on_host;  // host -> (workers, servers)
   for (const auto& p : job.workers)
     ++on_host[p.host].first;
@@ -67,7 +67,7 @@ void place_ssh_job(const Args& a, runtime::JobSpec& job) {
 
 }  // namespace
 
-void place_job(const Args& a, const std::string& transport, runtime::JobSpec& job) {
+void place_job(const Args& a, const std::string& transport, launch::JobSpec& job) {
   if (a.launcher == "ssh") {
     place_ssh_job(a, job);
     return;
@@ -96,7 +96,7 @@ void place_job(const Args& a, const std::string& transport, runtime::JobSpec& jo
   for (const auto& p : plan.places) {
     auto& specs = p.role == "server" ? job.services : job.workers;
     if (static_cast<std::size_t>(p.rank) >= specs.size()) continue;
-    runtime::ProcessSpec& spec = specs[static_cast<std::size_t>(p.rank)];
+    launch::ProcessSpec& spec = specs[static_cast<std::size_t>(p.rank)];
     spec.cpus = p.cpus;
     for (auto& kv : placement::process_env(p, transport, tls, user_nic))
       spec.env.push_back(std::move(kv));

@@ -18,6 +18,6 @@ void check_bind(const Args& a);
 
 // Fills `job` (servers in job.services, workers in job.workers, in rank order) for a local or
 // ssh job; nothing for mpi and slurm.
-void place_job(const Args& a, const std::string& transport, runtime::JobSpec& job);
+void place_job(const Args& a, const std::string& transport, launch::JobSpec& job);
 
 }  // namespace psrt::psrun

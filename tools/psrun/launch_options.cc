@@ -2,13 +2,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 
 #include "base/interfaces.h"
 #include "psrt/error.h"
 #include "runtime/engine_env.h"
-#include "runtime/launch/engine_launcher.h"
+#include "runtime/env_contract.h"
 
-namespace psrt::tools {
+namespace psrt::psrun {
 
 void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--mpirun-args", f.mpirun_args,
@@ -18,8 +19,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "--launcher slurm: more srun options, split on spaces");
 }
 
-void check_engine_flags(const std::string& launcher, const psrun::SshFlags& h,
-                        const EngineFlags& f) {
+void check_engine_flags(const std::string& launcher, const SshFlags& h, const EngineFlags& f) {
   if (!h.server_hosts.empty() || !h.ssh_args.empty())
     throw Error(ErrorCode::kInvalidArgument,
                 "--server-hosts and --ssh-args need --launcher ssh (mpirun and srun place the "
@@ -32,15 +32,14 @@ void check_engine_flags(const std::string& launcher, const psrun::SshFlags& h,
     throw Error(ErrorCode::kInvalidArgument, "--srun-args needs --launcher slurm");
 }
 
-std::optional<psrun::Placement> engine_hosts(const std::string& launcher,
-                                             const psrun::SshFlags& h) {
-  psrun::Placement p;
+std::optional<launch::HostAssignment> engine_hosts(const std::string& launcher, const SshFlags& h) {
+  launch::HostAssignment p;
   try {
     if (launcher == "mpi" && !h.hosts.empty())
-      for (const auto& hs : psrun::parse_host_list(h.hosts))
+      for (const auto& hs : launch::parse_host_list(h.hosts))
         p.workers.push_back(hs.host);
     if (launcher == "mpi" && !h.hostfile.empty())
-      for (const auto& hs : psrun::read_hostfile(h.hostfile))
+      for (const auto& hs : launch::read_hostfile(h.hostfile))
         p.workers.push_back(hs.host);
     const char* nodes = std::getenv("SLURM_JOB_NODELIST");
     if (launcher == "slurm" && nodes && *nodes) p.workers = runtime::slurm_hostnames(nodes);
@@ -60,19 +59,24 @@ std::optional<psrun::Placement> engine_hosts(const std::string& launcher,
   return p;
 }
 
-std::unique_ptr<runtime::LaunchBackend> make_engine_backend(const std::string& launcher,
-                                                            const psrun::SshFlags& h,
-                                                            const EngineFlags& f) {
-  runtime::EngineLaunchOptions o;
+launch::LaunchOptions launch_options(const std::string& launcher, const SshFlags& h,
+                                     const EngineFlags& f, const std::string& self) {
+  launch::LaunchOptions o;
   o.dry_run = h.dry_run;
-  if (launcher == "mpi") {
-    if (!h.hosts.empty()) o.host_args = {"-H", h.hosts};
-    if (!h.hostfile.empty()) o.host_args.insert(o.host_args.end(), {"--hostfile", h.hostfile});
-    o.extra_args = psrun::split_ssh_args(f.mpirun_args);
-    return runtime::make_mpi_launcher(std::move(o));
+  if (launcher == "ssh") {
+    o.ssh_args = split_ssh_args(h.ssh_args);
+    o.self = self;
+    o.keepalive_timeout = runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
+    std::error_code ec;
+    o.cwd = std::filesystem::current_path(ec).string();  // empty when it is gone
   }
-  o.extra_args = psrun::split_ssh_args(f.srun_args);
-  return runtime::make_slurm_launcher(std::move(o));
+  if (launcher == "mpi") {
+    o.hosts = h.hosts;
+    o.hostfile = h.hostfile;
+    o.extra_args = split_ssh_args(f.mpirun_args);
+  }
+  if (launcher == "slurm") o.extra_args = split_ssh_args(f.srun_args);
+  return o;
 }
 
-}  // namespace psrt::tools
+}  // namespace psrt::psrun

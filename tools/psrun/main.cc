@@ -21,7 +21,8 @@
 #include "ps/scheduler.h"
 #include "runtime/env_contract.h"
 #include "runtime/job_secret.h"
-#include "runtime/launch/launcher.h"
+#include "runtime/launch/factory.h"
+#include "runtime/launch/host_assignment.h"
 #include "runtime/launch/remote_side.h"
 #include "runtime/launch/ssh_launcher.h"
 #include "runtime/scheduler_process.h"
@@ -52,12 +53,12 @@ std::string self_exe() {
 }
 
 // Where servers and workers run with --launcher ssh (printed); nullopt for a local job.
-std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
-  using namespace psrt::psrun;
+std::optional<psrt::launch::HostAssignment> placement_of(const Args& a) {
+  using namespace psrt::launch;
   const bool ssh_flags = !a.ssh.hosts.empty() || !a.ssh.hostfile.empty() ||
                          !a.ssh.server_hosts.empty() || !a.ssh.ssh_args.empty() || a.ssh.dry_run;
   if (a.launcher == "mpi" || a.launcher == "slurm") {
-    psrt::tools::check_engine_flags(a.launcher, a.ssh, a.engine);
+    psrt::psrun::check_engine_flags(a.launcher, a.ssh, a.engine);
     return std::nullopt;
   }
   if (a.launcher != "ssh") {
@@ -73,14 +74,14 @@ std::optional<psrt::psrun::Placement> placement_of(const Args& a) {
   if (!a.ssh.server_hosts.empty())
     for (const auto& h : parse_host_list(a.ssh.server_hosts))
       server_hosts.push_back(h.host);
-  return place(hosts_from(a.ssh), server_hosts, a.servers, a.workers);
+  return assign_hosts(hosts_from(a.ssh.hosts, a.ssh.hostfile), server_hosts, a.servers, a.workers);
 }
 
 // Where the scheduler listens: on the interface `spec` names (psrun --interface, PSRT_INTERFACE);
 // else for an ssh job on the interface whose route reaches the job's hosts (the first host that
 // is not this one's loopback), for a local job on loopback.
-psrt::InterfaceAddress scheduler_interface(const std::string& spec,
-                                           const std::optional<psrt::psrun::Placement>& placement) {
+psrt::InterfaceAddress scheduler_interface(
+    const std::string& spec, const std::optional<psrt::launch::HostAssignment>& placement) {
   if (!spec.empty()) return psrt::choose_address(spec, "");
   if (placement) {
     std::vector<std::string> hosts = placement->servers;
@@ -151,9 +152,9 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
   return common;
 }
 
-psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
-                                 const std::optional<psrt::psrun::Placement>& placement) {
-  psrt::runtime::JobSpec job;
+psrt::launch::JobSpec build_job(const Args& a, const Env& common,
+                                const std::optional<psrt::launch::HostAssignment>& placement) {
+  psrt::launch::JobSpec job;
   // --replicas 2: a slice's backup is the next server in rank order; losing a host that holds
   // both loses the slice (round-robin --server-hosts puts them apart unless the last server
   // wraps around onto server 0's host).
@@ -170,7 +171,7 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
     }
   const std::string exe = self_exe();
   for (int i = 0; i < a.servers; ++i) {
-    psrt::runtime::ProcessSpec p;
+    psrt::launch::ProcessSpec p;
     p.label = fmt::format("server {}", i);
     p.argv = {exe, "--internal-server"};
     p.env = common;
@@ -185,7 +186,7 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
       placement ? placement->workers
                 : std::vector<std::string>(static_cast<std::size_t>(a.workers)));
   for (int i = 0; i < a.workers; ++i) {
-    psrt::runtime::ProcessSpec p;
+    psrt::launch::ProcessSpec p;
     p.label = fmt::format("worker {}", i);
     p.argv = a.command;
     p.env = common;
@@ -200,49 +201,9 @@ psrt::runtime::JobSpec build_job(const Args& a, const Env& common,
   return job;
 }
 
-psrt::runtime::SshOptions ssh_options(const Args& a) {
-  psrt::runtime::SshOptions o;
-  o.ssh_args = psrt::psrun::split_ssh_args(a.ssh.ssh_args);
-  o.remote_psrun = self_exe();
-  o.keepalive_timeout = psrt::runtime::env_ms("PSRT_PEER_TIMEOUT_MS");
-  return o;
-}
-
-// The backend that starts the job's servers and workers (--launcher).
-std::unique_ptr<psrt::runtime::LaunchBackend> launch_backend(
-    const Args& a, const std::optional<psrt::psrun::Placement>& placement) {
-  if (placement) return std::make_unique<psrt::runtime::SshLauncher>(ssh_options(a));
-  if (a.launcher == "mpi" || a.launcher == "slurm")
-    return psrt::tools::make_engine_backend(a.launcher, a.ssh, a.engine);
-  return psrt::runtime::make_launch_backend(a.launcher);
-}
-
-// Before a restart of an ssh job: the hosts ssh cannot reach any more give their processes to the
-// others (tools/psrun/host_loss.h). False, having said why, when no host is left.
-bool move_off_lost_hosts(const Args& a, psrt::psrun::Placement& placement) {
-  using namespace psrt;
-  std::vector<std::string> hosts = placement.servers;
-  for (const auto& h : placement.workers)
-    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
-  std::sort(hosts.begin(), hosts.end());
-  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-  const auto lost = psrun::unreachable_hosts(hosts, psrun::split_ssh_args(a.ssh.ssh_args),
-                                             runtime::env_ms("PSRT_PEER_TIMEOUT_MS"));
-  if (lost.empty()) return true;
-  std::set<std::string> names;
-  for (const auto& [host, why] : lost) {
-    std::cerr << "psrun: host " << host << " does not answer ssh (" << why
-              << "): the restart moves its processes to the other hosts\n";
-    names.insert(host);
-  }
-  try {
-    placement = psrun::move_off_hosts(placement, names);
-  } catch (const Error& e) {
-    std::cerr << "psrun: " << e.what() << "; not restarting\n";
-    return false;
-  }
-  PSRT_LOG_INFO("placement for the restart:\n{}", psrun::describe_placement(placement));
-  return true;
+// What --launcher's backend is made from (runtime/launch/factory.h).
+psrt::launch::LaunchOptions launch_options_of(const Args& a) {
+  return psrt::psrun::launch_options(a.launcher, a.ssh, a.engine, self_exe());
 }
 
 // What stays the same over the restarts of one psrun.
@@ -253,7 +214,7 @@ struct Attempt {
   const std::string& secret;
   const std::string& interface;
   const psrt::InterfaceAddress& where;
-  const std::optional<psrt::psrun::Placement>& placement;
+  const std::optional<psrt::launch::HostAssignment>& placement;
   const std::optional<psrt::psrun::Observation>& observation;  // live metrics, the report
 };
 
@@ -276,7 +237,7 @@ int run_attempt(const Attempt& at, int restart) {
   if (restart > 0)
     PSRT_LOG_INFO("restart {} of {}: resuming from checkpoint round {}", restart,
                   a.fault.max_restarts, scheduler.resume_round());
-  runtime::JobSpec job = build_job(a, env, at.placement);
+  launch::JobSpec job = build_job(a, env, at.placement);
   psrun::place_job(a, at.transport, job);
   // Once every worker has exited, the servers have nothing left to serve.
   job.on_workers_done = [&scheduler] { scheduler.stop(psrt::Status()); };
@@ -295,7 +256,7 @@ int run_attempt(const Attempt& at, int restart) {
       "(interface {})",
       a.workers, a.servers, at.transport, sc.secure ? " (secure)" : "", a.mode, scheduler.address(),
       at.where.name.empty() ? "?" : at.where.name);
-  int rc = launch_backend(a, at.placement)->run(job);
+  int rc = launch::make_launch_backend(a.launcher, launch_options_of(a))->run(job);
   Status how = scheduler.wait(std::chrono::milliseconds(0));
   if (rc == 0 && !how.ok() && how.code() != ErrorCode::kTimeout) {
     std::cerr << "psrun: the job ended with an error: " << how.message() << "\n";
@@ -318,10 +279,9 @@ int run(const Args& a) {
   const std::string interface =
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
   const InterfaceAddress where = scheduler_interface(
-      interface, placement ? placement : tools::engine_hosts(a.launcher, a.ssh));
+      interface, placement ? placement : psrun::engine_hosts(a.launcher, a.ssh));
   if (a.preflight)
-    return psrun::run_preflight(a, transport, where, placement,
-                                placement ? ssh_options(a) : runtime::SshOptions{}, self_exe());
+    return psrun::run_preflight(a, transport, where, placement, launch_options_of(a), self_exe());
   psrun::check_bind(a);
   if (progress_threads_sleep(a))
     PSRT_LOG_INFO(
@@ -331,14 +291,14 @@ int run(const Args& a) {
   const bool secure = a.secure || runtime::env_bool("PSRT_SECURE");
   if (placement)
     PSRT_LOG_INFO("placement over ssh (scheduler here, {}):\n{}", where.address,
-                  psrun::describe_placement(*placement));
+                  launch::describe_assignment(*placement));
   if (a.ssh.dry_run && a.launcher == "ssh") {
     const std::string scheduler = a.port != 0 ? join_host_port(where.address, a.port)
                                               : join_host_port(where.address, 0) +
                                                     " (port 0: the real one is chosen at start)";
     auto job =
         build_job(a, common_env(a, scheduler, transport, secret, secure, interface), placement);
-    std::cout << runtime::describe_ssh_job(job, ssh_options(a));
+    std::cout << launch::describe_ssh_job(job, launch::ssh_options_of(launch_options_of(a)));
     return 0;
   }
 
@@ -366,7 +326,8 @@ int run(const Args& a) {
         restart + 1, a.fault.max_restarts,
         a.checkpoint_dir.empty() ? " from the start (no --checkpoint-dir)"
                                  : " from the latest complete checkpoint in " + a.checkpoint_dir);
-    if (placement && !move_off_lost_hosts(a, *placement)) return rc;
+    if (placement && !psrun::move_off_lost_hosts(psrun::split_ssh_args(a.ssh.ssh_args), *placement))
+      return rc;
   }
 }
 
@@ -376,11 +337,11 @@ int run(const Args& a) {
 // ends psrun with std::terminate's message, which is what a user should see then.
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (argc >= 2 && std::strcmp(argv[1], "--internal-remote") == 0)
-    return psrt::runtime::run_remote_side(argc - 2, argv + 2);
+    return psrt::launch::run_remote_side(argc - 2, argv + 2);
   if (argc >= 2 && std::strcmp(argv[1], "--role-from-env") == 0) {
     int first = (argc >= 3 && std::strcmp(argv[2], "--") == 0) ? 3 : 2;
     try {
-      return psrt::tools::run_role_from_env({argv + first, argv + argc}, self_exe());
+      return psrt::psrun::run_role_from_env({argv + first, argv + argc}, self_exe());
     } catch (const psrt::Error& e) {
       std::cerr << "psrt: " << e.what() << "\n";
       return 1;

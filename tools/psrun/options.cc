@@ -173,7 +173,7 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
       ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
       ->capture_default_str();
   add_ssh_options(app, a.ssh);
-  tools::add_engine_flags(app, a.engine);
+  add_engine_flags(app, a.engine);
   add_fault_flags(app, a.fault);
   add_env_option(app, a.env);
   add_elastic_flags(app, a.elastic);

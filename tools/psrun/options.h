@@ -47,10 +47,10 @@ struct Args {
   std::string launcher = "local";
   std::string interface;  // --interface NAME|CIDR (or PSRT_INTERFACE)
   SshFlags ssh;
-  tools::EngineFlags engine;  // --mpirun-args, --srun-args
-  FaultFlags fault;           // --on-worker-loss
-  ObserveFlags observe;       // --metrics-port, --link-gbps, --report, --json
-  ElasticFlags elastic;       // --backup-workers
+  EngineFlags engine;    // --mpirun-args, --srun-args
+  FaultFlags fault;      // --on-worker-loss
+  ObserveFlags observe;  // --metrics-port, --link-gbps, --report, --json
+  ElasticFlags elastic;  // --backup-workers
   int server_threads = 1;
   int replicas = 1;  // --replicas: 2 keeps every slice on a backup server too
   std::string server_device = "cpu";

@@ -50,8 +50,8 @@ int this_host(const Args& a, const std::string& transport, const InterfaceAddres
 }  // namespace
 
 int run_preflight(const Args& a, const std::string& transport, const InterfaceAddress& where,
-                  const std::optional<Placement>& placement, const runtime::SshOptions& ssh,
-                  const std::string& self_exe) {
+                  const std::optional<launch::HostAssignment>& placement,
+                  const launch::LaunchOptions& ssh, const std::string& self_exe) {
   if (!placement) return this_host(a, transport, where);
   // Every host of the ssh job, one after the other, each connecting to the port psrun holds
   // where its scheduler would listen.
@@ -67,7 +67,7 @@ int run_preflight(const Args& a, const std::string& transport, const InterfaceAd
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   std::vector<std::string> failed;
   for (const auto& host : hosts) {
-    runtime::ProcessSpec p;
+    launch::ProcessSpec p;
     p.label = "preflight";
     p.host = host;
     p.argv = {self_exe,
@@ -83,10 +83,10 @@ int run_preflight(const Args& a, const std::string& transport, const InterfaceAd
               "--server-device",
               a.server_device};
     p.prefix_output = false;  // the table names its host
-    runtime::JobSpec job;
+    launch::JobSpec job;
     job.workers.push_back(std::move(p));
     std::cout.flush();
-    if (runtime::SshLauncher(ssh).run(job) != 0) failed.push_back(host);
+    if (launch::make_launch_backend("ssh", ssh)->run(job) != 0) failed.push_back(host);
   }
   if (failed.empty()) {
     std::cout << fmt::format("preflight: every host passes ({})\n", hosts.size());

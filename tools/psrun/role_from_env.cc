@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -20,12 +21,14 @@
 #include "runtime/engine_env.h"
 #include "runtime/env_contract.h"
 #include "runtime/job_secret.h"
-#include "runtime/launch/local_launcher.h"
+#include "runtime/launch/factory.h"
 #include "runtime/listen_address.h"
+#include "runtime/placement/env_place.h"
 #include "runtime/scheduler_process.h"
+#include "runtime/worker_ranks.h"
 #include "tools/psrun/observe.h"
 
-namespace psrt::tools {
+namespace psrt::psrun {
 namespace {
 
 std::string host_name() {
@@ -111,6 +114,26 @@ void wait_for_scheduler(const std::string& address) {
                           address, timeout.count(), why));
 }
 
+// A worker under an engine: its GPU among this host's, counting workers only, chosen by the
+// same placement as psrun's local and ssh jobs (runtime/placement/) from this host's topology;
+// nullopt on a host without GPUs, or when PSRT_GPU is set already. The engine binds CPUs.
+std::optional<std::string> engine_worker_gpu(const runtime::EngineJob& job) {
+  if (std::getenv("PSRT_GPU")) return std::nullopt;
+  const runtime::LocalRank local =
+      runtime::worker_local_rank(job.global_rank, job.num_servers, job.local_rank, job.local_size);
+  const int servers_here = std::max(0, job.local_size - local.size);
+  try {
+    const auto place = placement::place_from_env(
+        {"PSRT_PLACE=" + placement::place_spec("worker", local.rank, local.size, servers_here),
+         "PSRT_BIND=none"});
+    for (const auto& kv : place ? place->env : std::vector<std::string>{})
+      if (kv.rfind("PSRT_GPU=", 0) == 0) return kv.substr(9);
+  } catch (const Error& e) {
+    PSRT_LOG_WARN("placement: {}; PSRT_GPU is not set", e.what());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int run_role_from_env(const std::vector<std::string>& command, const std::string& self_exe) {
@@ -144,6 +167,8 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
   }
   runtime::job_secret(
       runtime::NoSecret::kRefuse);  // fails here, naming the variables, rather than in a child
+  if (job && role == "worker")
+    if (const auto gpu = engine_worker_gpu(*job)) ::setenv("PSRT_GPU", gpu->c_str(), 1);
   if (job)
     PSRT_LOG_INFO("{}: global rank {} of {} is {} {} (local {}/{}), scheduler {}", job->engine,
                   job->global_rank, job->world_size, role, rank, job->local_rank, job->local_size,
@@ -154,16 +179,15 @@ int run_role_from_env(const std::vector<std::string>& command, const std::string
   else if (job && !scheduler_given)
     wait_for_scheduler(job->scheduler);
   // PSRT_METRICS_PORT: this rank serves the job's live metrics (before its own process starts).
-  const auto observation = scheduler ? psrun::observe_hosted_scheduler(*scheduler) : std::nullopt;
+  const auto observation = scheduler ? observe_hosted_scheduler(*scheduler) : std::nullopt;
 
-  runtime::JobSpec spec;
-  runtime::ProcessSpec p;
+  launch::JobSpec spec;
+  launch::ProcessSpec p;
   p.label = fmt::format("{} {}@{}", role, rank, host_name());
   p.argv = role == "server" ? std::vector<std::string>{self_exe, "--internal-server"} : command;
   spec.workers.push_back(std::move(p));
-  runtime::LocalLauncher launcher;
-  const int rc = launcher.run(spec);
+  const int rc = launch::make_launch_backend("local")->run(spec);
   return scheduler ? serve_until_job_ends(*scheduler, rc) : rc;
 }
 
-}  // namespace psrt::tools
+}  // namespace psrt::psrun

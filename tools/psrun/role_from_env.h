@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-namespace psrt::tools {
+namespace psrt::psrun {
 
 // Returns the process exit status: 0 when its role (and the job, on the scheduler's host) ended
 // normally. Throws psrt::Error for a bad environment.
 int run_role_from_env(const std::vector<std::string>& command, const std::string& self_exe);
 
-}  // namespace psrt::tools
+}  // namespace psrt::psrun
