@@ -520,10 +520,11 @@ Worker::Impl::GradSend Worker::Impl::grad_sender(std::uint32_t server, ConstBuff
     return [peer = servers_[server], src](const Header& h, transport::SendDone on_sent) {
       peer->send(h, {&src, 1}, std::move(on_sent));
     };
-  return [peer = servers_[server], src, staging = plan.grad_staging,
-          pinned = std::move(plan.grad_pinned)](const Header& h, transport::SendDone on_sent) {
-    send_through_staging(peer, h, src, staging, pinned, on_sent);
-  };
+  return
+      [peer = servers_[server], src, staging = plan.grad_staging,
+       pinned = std::move(plan.grad_pinned)](const Header& h, const transport::SendDone& on_sent) {
+        send_through_staging(peer, h, src, staging, pinned, on_sent);
+      };
 }
 
 Handle Worker::Impl::version(Key key) {

@@ -17,8 +17,8 @@ using ps::Header;
 using ps::MsgType;
 
 bool Worker::Impl::windowed(const Header& h) const {
-  return !windows_.empty() && (h.type == MsgType::kPush || h.type == MsgType::kPushPull ||
-                               h.type == MsgType::kPull);
+  return !windows_.empty() &&
+         (h.type == MsgType::kPush || h.type == MsgType::kPushPull || h.type == MsgType::kPull);
 }
 
 void Worker::Impl::send_windowed(WindowedSend w) {
