@@ -9,6 +9,8 @@
 #   netns_shape RATE                 # tc tbf RATE on both directions of hosts 1.., or "none"
 #   netns_link_bytes I               # bytes through host I's link (in + out)
 #   netns_retrans I                  # TCP segments host I retransmitted so far (/proc/net/snmp)
+#   netns_timeouts I                 # TCP retransmission timeouts on host I so far (TCPTimeouts)
+#   netns_drops I                    # packets the tbf of host I's link dropped: "OUT IN"
 #   netns_hosts_down                 # stops the sshds, deletes the namespaces and the bridge
 netns_hosts=()
 netns_work=
@@ -70,6 +72,19 @@ netns_retrans() {
   # shellcheck disable=SC2016  # awk's own $ fields
   ip netns exec "psrt-s$1" awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) f[$i] = i; h = 1 }
     else print $f["RetransSegs"] }' /proc/net/snmp
+}
+
+netns_timeouts() {
+  # shellcheck disable=SC2016  # awk's own $ fields
+  ip netns exec "psrt-s$1" awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) f[$i] = i; h = 1 }
+    else print $f["TCPTimeouts"] }' /proc/net/netstat
+}
+
+netns_drops() {  # what tbf dropped going out of host I (its eth0) and coming in (the bridge's vbI)
+  local out in
+  out=$(ip netns exec "psrt-s$1" tc -s qdisc show dev eth0 | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+  in=$(tc -s qdisc show dev "vb$1" | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+  echo "${out:-0} ${in:-0}"
 }
 
 netns_hosts_down() {

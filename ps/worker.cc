@@ -147,6 +147,9 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
                                             options_.connect_timeout));
     for (std::uint32_t i = 0; i < servers_.size(); ++i)
       owner_.push_back(i);
+    const std::size_t window = ps::send_window_for(options_.send_window, options_.transport);
+    for (std::size_t i = 0; window > 0 && i < servers_.size(); ++i)
+      windows_.push_back(std::make_unique<ps::SendWindow>(window));
   } catch (...) {
     transport_->shutdown();
     throw;
@@ -218,6 +221,8 @@ std::shared_ptr<const Worker::Impl::Layout> Worker::Impl::layout(Key key, std::u
     throw Error(s.code(),
                 "the scheduler's layout of key " + std::to_string(key) + ": " + s.message());
   std::lock_guard lock(layouts_mu_);
+  if (auto it = layouts_.find(key); it != layouts_.end()) return it->second;  // a racing LOCATE
+  l->order = next_layout_order_++;
   return layouts_.emplace(key, std::move(l)).first->second;
 }
 
@@ -484,22 +489,42 @@ void Worker::Impl::send_slice(const DataOp& d, const ps::SliceRecord& s, SlicePl
     done = reply_through_staging(st, plan.out_staging, pinned, dest);
     dest = {pinned->data(), dest.size, MemoryType::kHost};
   }
-  const auto id = requests_.add(server, what, std::move(done), dest);
-  h.request_id = id;
-  auto on_sent = [this, id, st, began, key = d.key, slice = s.index,
-                  bytes = d.sends_grad ? src.size : 0](const Status& status) {
+  transport::SendDone sent = [st, began, key = d.key, slice = s.index,
+                              bytes = d.sends_grad ? src.size : 0](const Status&) {
     ps::timeline_record(ps::TimelineKind::kSend, key, slice, began, bytes);
     st->sent_part();
+  };
+  if (windowed(h))
+    return send_windowed({.header = h,
+                          .server = s.server,
+                          .priority = (d.layout->order << 32) | s.index,
+                          .bytes = d.sends_grad ? src.size : 0,
+                          .what = what,
+                          .dest = dest,
+                          .done = std::move(done),
+                          .send_grad = grad_sender(s.server, src, plan),
+                          .sent = std::move(sent)});
+  const auto id = requests_.add(server, what, std::move(done), dest);
+  h.request_id = id;
+  auto on_sent = [this, id, sent = std::move(sent)](const Status& status) {
+    sent(status);
     if (!status.ok()) requests_.fail(id, status);
   };
-  if (!d.sends_grad) {
-    server.send(h, {}, on_sent);
-  } else if (!plan.grad_pinned) {
-    server.send(h, {&src, 1}, on_sent);
-  } else {
-    const auto pinned = std::move(plan.grad_pinned);
-    send_through_staging(servers_[s.server], h, src, plan.grad_staging, pinned, on_sent);
-  }
+  if (d.sends_grad) return grad_sender(s.server, src, plan)(h, std::move(on_sent));
+  server.send(h, {}, std::move(on_sent));
+}
+
+Worker::Impl::GradSend Worker::Impl::grad_sender(std::uint32_t server, ConstBuffer src,
+                                                 SlicePlan& plan) {
+  if (!plan.grad_pinned)
+    return [peer = servers_[server], src](const Header& h, transport::SendDone on_sent) {
+      peer->send(h, {&src, 1}, std::move(on_sent));
+    };
+  return
+      [peer = servers_[server], src, staging = plan.grad_staging,
+       pinned = std::move(plan.grad_pinned)](const Header& h, const transport::SendDone& on_sent) {
+        send_through_staging(peer, h, src, staging, pinned, on_sent);
+      };
 }
 
 Handle Worker::Impl::version(Key key) {

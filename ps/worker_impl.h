@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "ps/endpoint.h"
 #include "ps/metric_hooks.h"
 #include "ps/requests.h"
+#include "ps/send_window.h"
 #include "psrt/psrt.h"
 #include "transport/transport.h"
 
@@ -85,6 +87,10 @@ class Worker::Impl final : public ps::Handler {
   struct Layout {
     std::uint64_t total = 0;
     std::vector<ps::SliceRecord> slices;
+    // The order in which this worker first used the key (0 first): its slices' priority in the
+    // send windows. DistributedOptimizer touches its keys in named_parameters() order at start,
+    // which is the forward order of a model whose modules are declared as they are called.
+    std::uint64_t order = 0;
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
@@ -101,6 +107,30 @@ class Worker::Impl final : public ps::Handler {
   std::vector<SlicePlan> plan_data_op(const DataOp& op);
   void send_slice(const DataOp& op, const ps::SliceRecord& s, SlicePlan& plan, float lr,
                   const std::shared_ptr<detail::HandleState>& st);
+  // Sends a slice's header with its gradient to its server: from the caller's buffer, or
+  // through pinned memory (path c).
+  using GradSend = std::function<void(const ps::Header&, transport::SendDone)>;
+  GradSend grad_sender(std::uint32_t server, ConstBuffer src, SlicePlan& plan);
+  // The send windows (PSRT_SEND_WINDOW, ps/send_window.h; ps/worker_window.cc): a PUSH or
+  // PUSH_PULL slice waits in its server's window and goes out as a PUSH, whose PUSH_ACK (the
+  // server holds the gradient) frees its bytes; a PUSH_PULL's PULL follows the PUSH_ACK and its
+  // reply completes the slice, as the PUSH_PULL's would. A PULL waits its turn (0 bytes).
+  struct WindowedSend {
+    ps::Header header;  // the PUSH or PUSH_PULL as send_slice made it
+    std::uint32_t server = 0;
+    std::uint64_t priority = 0;
+    std::size_t bytes = 0;  // the gradient's
+    std::string what;
+    MutableBuffer dest;       // where the pull reply lands
+    ps::Requests::Done done;  // completes the slice (PUSH_ACK of a PUSH, reply of the PULL)
+    GradSend send_grad;
+    transport::SendDone sent;  // the gradient left the caller's buffer (or failed to)
+  };
+  bool windowed(const ps::Header& h) const;
+  void send_windowed(WindowedSend w);
+  void start_windowed(const WindowedSend& w);
+  // The slice's PULL (after its PUSH_ACK, or a PULL waiting its turn: `report_sent` then).
+  void send_pull(const WindowedSend& w, bool report_sent);
   // Device memory (ps/worker_device.cc). How CUDA memory travels to one server (path a, b or
   // c of docs/ARCHITECTURE.md, "The three GPU paths"), decided at the first use and logged once.
   enum class DevicePath : std::uint8_t { kUnknown, kDirect, kIpc, kStaged };
@@ -167,6 +197,10 @@ class Worker::Impl final : public ps::Handler {
 
   std::mutex layouts_mu_;
   std::map<Key, std::shared_ptr<const Layout>> layouts_;
+  std::uint64_t next_layout_order_ = 0;  // guarded by layouts_mu_
+
+  // One per server when PSRT_SEND_WINDOW > 0 (constant after the constructor), else empty.
+  std::vector<std::unique_ptr<ps::SendWindow>> windows_;
 
   std::mutex staging_mu_;
   std::map<int, std::unique_ptr<ps::DeviceStaging>> staging_;      // by CUDA device

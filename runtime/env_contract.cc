@@ -108,6 +108,10 @@ const std::vector<EnvVar>& env_contract() {
        "set by psrun --timeline: 1 = record every send, reply, wait, receive, update and pull "
        "reply per key and slice, sent to the scheduler at the end"},
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
+      {"PSRT_SEND_WINDOW", "auto", "worker",
+       "gradient bytes a worker keeps in flight to one server (sent, not yet acknowledged as "
+       "received); further slices wait, the first-used keys (the first layers) first; 0 = no "
+       "bound; auto = 262144 over tcp, no bound over ucx (docs/performance.md)"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
       {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},
       {"PSRT_SPIN_US", "100", "server, worker",

@@ -34,6 +34,9 @@ Worker Worker::from_env() {
   o.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   o.cuda_ipc = env_bool("PSRT_CUDA_IPC");
   o.secure = env_bool("PSRT_SECURE");
+  o.send_window = env_string("PSRT_SEND_WINDOW") == "auto"
+                      ? -1
+                      : env_int("PSRT_SEND_WINDOW", 0, std::int64_t{1} << 40);
   ps::enable_metrics(env_bool("PSRT_METRICS") || !env_string("PSRT_METRICS_PORT").empty());
   ps::enable_timeline(env_bool("PSRT_TIMELINE"));
   return join(o);

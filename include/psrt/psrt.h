@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -108,6 +109,10 @@ struct WorkerOptions {
   std::chrono::microseconds spin{100};                // PSRT_SPIN_US
   bool cuda_ipc = true;  // PSRT_CUDA_IPC: share GPU buffers with CUDA servers on this host
   bool secure = false;   // PSRT_SECURE: seal every message with keys from the secret
+  // PSRT_SEND_WINDOW: gradient bytes this worker keeps in flight to one server (sent, not yet
+  // acknowledged as received); further slices wait, the first-used keys first. 0 = no bound;
+  // -1 = by transport: 262144 over tcp, no bound over ucx.
+  std::int64_t send_window = -1;
 };
 
 class Worker {

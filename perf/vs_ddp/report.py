@@ -6,7 +6,8 @@
 One table per (set, rate, model): s/step, samples/s, the ratio of samples/s to the DDP run of
 the same set, rate and model, the run's analytic bound in s/step and how close it came (bound /
 s_per_step), MB through the busiest host link per step (both directions; the job's bytes over its steps,
-timed and warm-up, plus one for the start's broadcast), and TCP retransmissions. Bounds, with
+timed and warm-up, plus one for the start's broadcast), TCP retransmissions, retransmission
+timeouts (RTOs) and the packets the links' tbf dropped (out of the hosts / into them). Bounds, with
 M the parameter bytes and B the link rate in bytes/s each way:
   DDP (ring all-reduce)         2(N-1)/N * M/B
   psrt, servers on own hosts    M/B * max(1, N/S)
@@ -43,11 +44,24 @@ def bound(r):
     return m / b * max(1.0, (n + s - 2) / s)
 
 
+def variant(r):
+    v = r.get("variant", "default")
+    return "" if v == "default" else f" [{v}]"
+
+
 def name(r):
     if r["engine"] == "ddp":
         return f"torch DDP (gloo ring), N={r['workers']}"
     where = "own hosts" if r["placement"] == "own" else "worker hosts"
-    return f"psrt {r['transport']}, N={r['workers']}, S={r['servers']} on {where}"
+    return f"psrt {r['transport']}, N={r['workers']}, S={r['servers']} on {where}{variant(r)}"
+
+
+def drops(r):
+    """Retransmission timeouts and tbf drops out of / into the hosts, summed: "RTOs | out/in"."""
+    d = r.get("tbf_drops")
+    dropped = "{}/{}".format(sum(v[0] for v in d.values()), sum(v[1] for v in d.values())) \
+        if d else "-"
+    return "{} | {}".format(r.get("tcp_timeouts", "-"), dropped)
 
 
 def pushpull_table(runs):
@@ -57,15 +71,15 @@ def pushpull_table(runs):
         rs = [r for r in rows if (r["set"], r["rate"]) == (label, rate)]
         text.append(f"\n{label}: psbench pushpull, links {rate}\n")
         text.append("| transport | N | S | tensor bytes | round p50 s | round p99 s | "
-                    "bound s | p50/bound | TCP retrans |")
-        text.append("|---|---|---|---|---|---|---|---|---|")
+                    "bound s | p50/bound | TCP retrans | RTOs | tbf drops out/in |")
+        text.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rs:
             bd = bound(r)
-            text.append("| {} | {} | {} | {} | {:.3f} | {:.3f} | {} | {} | {} |".format(
-                r["transport"], r["workers"], r["servers"], r["size"] * r["keys"],
+            text.append("| {} | {} | {} | {} | {:.3f} | {:.3f} | {} | {} | {} | {} |".format(
+                r["transport"] + variant(r), r["workers"], r["servers"], r["size"] * r["keys"],
                 r["round_us_p50"] / 1e6, r["round_us_p99"] / 1e6,
                 f"{bd:.3f}" if bd else "-", f"{r['round_us_p50'] / 1e6 / bd:.2f}" if bd else "-",
-                r.get("tcp_retrans", "-")))
+                r.get("tcp_retrans", "-"), drops(r)))
     return text
 
 
@@ -83,18 +97,18 @@ def tables(runs):
         text.append(f"\n{label}: {model} ({m / 1e6:.2f} MB of fp32 parameters, batch "
                     f"{rs[0]['batch']}), links {rate}, {rs[0]['steps']} timed steps\n")
         text.append("| run | s/step | samples/s | vs DDP | bound s/step | bound/actual | "
-                    "busiest link MB/step | TCP retrans |")
-        text.append("|---|---|---|---|---|---|---|---|")
+                    "busiest link MB/step | TCP retrans | RTOs | tbf drops out/in |")
+        text.append("|---|---|---|---|---|---|---|---|---|---|")
         for r in rs:
             bd = bound(r)
             per_step = max(r["link_bytes"].values()) / (r["steps"] + r["warmup"] + 1) / 1e6 \
                 if r.get("link_bytes") else float("nan")
-            text.append("| {} | {:.3f} | {:.1f} | {} | {} | {} | {:.1f} | {} |".format(
+            text.append("| {} | {:.3f} | {:.1f} | {} | {} | {} | {:.1f} | {} | {} |".format(
                 name(r), r["s_per_step"], r["samples_per_s"],
                 f"{r['samples_per_s'] / base:.2f}x" if base else "-",
                 f"{bd:.3f}" if bd else "-",
                 f"{bd / r['s_per_step']:.2f}" if bd else "-",
-                per_step, r.get("tcp_retrans", "-")))
+                per_step, r.get("tcp_retrans", "-"), drops(r)))
     return "\n".join(text).lstrip() + "\n", groups
 
 

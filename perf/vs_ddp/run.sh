@@ -14,6 +14,9 @@
 #   --transports "tcp ucx"         psrt's transport (ucx: UCX_TLS=tcp unless set)   [tcp]
 #   --steps K --warmup W           timed steps and untimed ones before              [20, 3]
 #   --psrun-args "..."             more psrun flags for every psrt run (e.g. --partition-bytes)
+#   --variants "V1 V2"             run every psrt case once per variant: "default", or
+#                                  NAME=VALUE[,NAME=VALUE] set in the job's processes (psrun
+#                                  --env), e.g. "PSRT_SEND_WINDOW=0 default"        [default]
 #   --label L                      a name for this set of runs in the JSON and table [default]
 #   --no-ddp                       skip the DDP runs (the table then has no ratio to DDP)
 #   --no-train                     skip the training runs (DDP and psrt)
@@ -21,7 +24,7 @@
 #                                  model's bytes) with N workers and each S servers on own hosts,
 #                                  --steps rounds; table: round p50 against (M/B)*max(1, N/S)
 # Writes OUT_DIR/runs.jsonl (one object per run: s/step, samples/s, bytes through every host's
-# link, TCP retransmissions, the command), OUT_DIR/table.md (s/step, samples/s, ratio to DDP of
+# link, TCP retransmissions and timeouts, the packets each link's tbf dropped, the command), OUT_DIR/table.md (s/step, samples/s, ratio to DDP of
 # the same rate and model, ratio to each one's analytic bound) and OUT_DIR/vs_ddp.png; every run's
 # output in OUT_DIR/logs/. Appends to runs.jsonl, so runs with other options add rows.
 #
@@ -48,7 +51,7 @@ build=$(cd "$1" && pwd) || exit 2
 out=$2
 shift 2
 rates=100mbit models=mlp workers=4 servers=4 placements="own colocated" transports=tcp
-steps=20 warmup=3 psrun_args="" label=default ddp=1 run_train=1 pushpull=""
+steps=20 warmup=3 psrun_args="" label=default ddp=1 run_train=1 pushpull="" variants=default
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) rates=$2; shift ;;
@@ -60,6 +63,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift ;;
     --warmup) warmup=$2; shift ;;
     --psrun-args) psrun_args=$2; shift ;;
+    --variants) variants=$2; shift ;;
     --label) label=$2; shift ;;
     --no-ddp) ddp=0 ;;
     --no-train) run_train=0 ;;
@@ -97,16 +101,23 @@ machine="$(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # with the link counters of every host to runs.jsonl.
 measure() {
   local name=$1 i; shift 2
-  local before=() retrans=() log="$out/logs/$name.log"
-  for ((i = 1; i < nhosts; i++)); do before+=("$(netns_link_bytes "$i")"); retrans+=("$(netns_retrans "$i")"); done
+  local before=() retrans=() rtos=() drops=() log="$out/logs/$name.log"
+  for ((i = 1; i < nhosts; i++)); do
+    before+=("$(netns_link_bytes "$i")"); retrans+=("$(netns_retrans "$i")")
+    rtos+=("$(netns_timeouts "$i")"); drops+=("$(netns_drops "$i")")
+  done
   local start rc=0
   start=$(date +%s.%N)
   "$@" > "$log" 2>&1 || rc=$?
-  local wall links="" rt=0
+  local wall links="" rt=0 rto=0 dropped="" d0 d1 o1 i1
   wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   for ((i = 1; i < nhosts; i++)); do
     links+="${links:+,}\"$(addr "$i")\":$(( $(netns_link_bytes "$i") - ${before[$((i - 1))]} ))"
     rt=$(( rt + $(netns_retrans "$i") - ${retrans[$((i - 1))]} ))
+    rto=$(( rto + $(netns_timeouts "$i") - ${rtos[$((i - 1))]} ))
+    read -r d0 d1 <<<"${drops[$((i - 1))]}"
+    read -r o1 i1 <<<"$(netns_drops "$i")"
+    dropped+="${dropped:+,}\"$(addr "$i")\":[$(( o1 - d0 )),$(( i1 - d1 ))]"
   done
   local result
   result=$(grep -o '{"\(engine\|bench\)".*' "$log" | tail -1 || true)
@@ -116,13 +127,15 @@ measure() {
     result='{"failed": true}'
   fi
   /usr/bin/python3 - "$result" "$name" "$label" "$rate" "$wall" "$rt" "{$links}" "$machine" \
-    "$transport" "$placement" "$servers" "$workers" "$*" >> "$out/runs.jsonl" <<'PY'
+    "$transport" "$placement" "$servers" "$workers" "$rto" "{$dropped}" "${variant:-default}" \
+    "$*" >> "$out/runs.jsonl" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 r.update(run=sys.argv[2], set=sys.argv[3], rate=sys.argv[4], wall_s=float(sys.argv[5]),
          tcp_retrans=int(sys.argv[6]), link_bytes=json.loads(sys.argv[7]), machine=sys.argv[8],
          transport=sys.argv[9], placement=sys.argv[10], servers=int(sys.argv[11]),
-         workers=int(sys.argv[12]), command=sys.argv[13])
+         workers=int(sys.argv[12]), tcp_timeouts=int(sys.argv[13]),
+         tbf_drops=json.loads(sys.argv[14]), variant=sys.argv[15], command=sys.argv[16])
 print(json.dumps(r))
 PY
   echo "$name: $(tail -1 "$out/runs.jsonl" | cut -c1-160)"
@@ -143,13 +156,16 @@ ddp_run() {  # the DDP job: one process per worker host, rank 0's host runs the 
 
 # shellcheck disable=SC2154  # ssh_args comes from netns_hosts_up
 psrun_job() {  # psrun_job TRANSPORT SERVERS SERVER_HOSTS COMMAND...: a job on the hosts
-  local transport=$1 s=$2 hosts=$3 tls=()
+  local transport=$1 s=$2 hosts=$3 tls=() envs=() kv
   shift 3
+  if [ "${variant:-default}" != default ]; then
+    for kv in ${variant//,/ }; do envs+=(--env "$kv"); done
+  fi
   [ "$transport" = ucx ] && [ -z "${UCX_TLS:-}" ] && tls=(UCX_TLS=tcp)  # namespaces share /dev/shm: keep UCX on the links
   # shellcheck disable=SC2086  # psrun_args is a list of flags
   ip netns exec psrt-s0 env "${tls[@]}" timeout 600 "$build/bin/psrun" --launcher ssh \
     --ssh-args "$ssh_args" -H "$worker_hosts" --server-hosts "$hosts" --interface 10.9.0.0/24 \
-    --bind none --transport "$transport" -n "$workers" -s "$s" $psrun_args -- "$@"
+    --bind none --transport "$transport" -n "$workers" -s "$s" "${envs[@]}" $psrun_args -- "$@"
 }
 
 psrt_run() {  # psrt_run MODEL TRANSPORT SERVER_HOSTS
@@ -165,17 +181,20 @@ print(sum(p.numel() * 4 for p in m.parameters()))"
 for rate in $rates; do
   netns_shape "$rate"
   for s in $pushpull; do
-    transport=${transports%% *} placement=own
-    size=$(model_bytes "${models%% *}")
-    servers_now=$servers servers=$s
-    measure "$label-$rate-pushpull-S$s" -- psrun_job "$transport" "$s" "$(own_hosts_of "$s")" \
-      "$build/bin/psbench" pushpull --size "$size" --iters "$steps" --warmup "$warmup"
-    servers=$servers_now
+    for variant in $variants; do
+      transport=${transports%% *} placement=own
+      size=$(model_bytes "${models%% *}")
+      servers_now=$servers servers=$s
+      measure "$label-$rate-pushpull-S$s-${variant//[^A-Za-z0-9_=]/_}" -- psrun_job "$transport" \
+        "$s" "$(own_hosts_of "$s")" "$build/bin/psbench" pushpull --size "$size" --iters "$steps" \
+        --warmup "$warmup"
+      servers=$servers_now
+    done
   done
   [ "$run_train" = 1 ] || continue
   for model in $models; do
     if [ "$ddp" = 1 ]; then
-      transport=gloo placement=ring
+      transport=gloo placement=ring variant=default
       measure "$label-$rate-$model-ddp" -- ddp_run "$model"
     fi
     for transport in $transports; do
@@ -185,7 +204,10 @@ for rate in $rates; do
           colocated) hosts=$(cut -d, -f1-"$servers" <<<"$worker_hosts") ;;
           *) echo "vs_ddp/run.sh: placement $placement: own or colocated" >&2; exit 2 ;;
         esac
-        measure "$label-$rate-$model-psrt-$transport-$placement" -- psrt_run "$model" "$transport" "$hosts"
+        for variant in $variants; do
+          measure "$label-$rate-$model-psrt-$transport-$placement-${variant//[^A-Za-z0-9_=]/_}" -- \
+            psrt_run "$model" "$transport" "$hosts"
+        done
       done
     done
   done
