@@ -30,7 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using psrt::test::Run;
 
 fs::path scratch_dir(const std::string& name) {
   auto p = psrt::test::scratch(name);
@@ -72,7 +71,7 @@ constexpr std::uint64_t kRounds = 30;
 TEST(StragglerJob, TheStepLoopFollowsTheRoundsAndEveryPushIsAppliedOnceOrDropped) {
   const auto dir = scratch_dir("straggler");
   const auto trace = dir / "trace.jsonl";
-  const Run r = psrt::test::run_psrun_bounded(
+  const psrt::test::Run r = psrt::test::run_psrun_bounded(
       "PSRT_SERVER_TRACE=" + trace.string(), "--transport tcp -n 3 -s 1 --backup-workers 1",
       PSTRAIN_PATH
           " --model lenet --dataset synthetic --synthetic-size 512 --batch-size 8"
@@ -150,8 +149,8 @@ TEST(JoinTrain, AJoinerTrainsFromTheNextEpochAndEveryEpochVisitsEachSampleOnce) 
          (!fs::exists(join) || lines_of(dir / "m0.jsonl", "loss").size() < 3))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(fs::exists(join)) << job.out();
-  const Run joiner = psrt::test::run_psrun_bounded("", "--join " + join.string(), pstrain,
-                                                   std::chrono::seconds(180));
+  const psrt::test::Run joiner = psrt::test::run_psrun_bounded("", "--join " + join.string(),
+                                                               pstrain, std::chrono::seconds(180));
   EXPECT_EQ(joiner.rc, 0) << joiner.out;
   ASSERT_EQ(job.wait(std::chrono::seconds(180)), 0) << job.out();
 
@@ -170,7 +169,9 @@ TEST(JoinTrain, AJoinerTrainsFromTheNextEpochAndEveryEpochVisitsEachSampleOnce) 
       const auto b = s["batch"].get<std::int64_t>();
       if (!world.count(e)) world[e] = w;
       ASSERT_EQ(world[e], w) << "epoch " << e << ": " << s.dump();
-      if (rank == 3) EXPECT_EQ(part, 3) << s.dump();
+      if (rank == 3) {
+        EXPECT_EQ(part, 3) << s.dump();
+      }
       EXPECT_TRUE(batches[e][part].insert(b).second) << "batch visited twice: " << s.dump();
       const auto shard = psrt::pstrain::epoch_shard(kSamples, part, w, 1, e);
       for (std::int64_t i = b * kBatch; i < (b + 1) * kBatch; ++i)
