@@ -208,10 +208,15 @@ class TrainRun {
   std::int64_t shard_epoch_ = -1;
 };
 
-// Whether the job's epochs are planned (pstrain/epoch_plan.h). Refused by the servers for
-// cuda servers and --replicas 2: then every epoch is cut for the workers of the start.
+// Whether the job's epochs are planned (pstrain/epoch_plan.h). Not with cuda servers or
+// --replicas 2, which refuse its key: then every epoch is cut for the workers of the start.
 std::unique_ptr<EpochPlanner> make_planner(TrainOptimizer& opt, bool by_round, bool job_dir) {
   if (!opt.worker() || by_round || job_dir || runtime::env_string("PSRT_MODE") != "sync")
+    return nullptr;
+  // What the servers would refuse (an aggregate-only key needs cpu servers and no replicas),
+  // not asked: the refusal is logged as an error on the servers.
+  if (runtime::env_string("PSRT_SERVER_DEVICE").starts_with("cuda") ||
+      runtime::env_int("PSRT_REPLICAS", 1, 2) > 1)
     return nullptr;
   try {
     return std::make_unique<EpochPlanner>(*opt.worker());
