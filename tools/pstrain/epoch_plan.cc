@@ -4,21 +4,25 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
 
-#include "psrt/torch.h"
+#include "base/fnv.h"
 
 namespace psrt::pstrain {
 namespace {
 
 // The record: [count, epoch, step hi, step lo, step base hi, step base lo, ranks...]. Steps and
-// versions are cut in base-4096 digits so that the sum over up to kMaxRanks workers of equal
-// values stays an exact fp32 integer (below 2^24) for every step below 2^26 / 4.
+// step bases are cut in base-4096 digits so that the sum over up to kMaxRanks workers of equal
+// values stays an exact fp32 integer (below 2^24) for every step below 2^26.
 constexpr std::size_t kHeader = 6;
 constexpr std::int64_t kDigit = 4096;
 constexpr std::size_t kRecord = kHeader + EpochPlanner::kMaxRanks;
 
+// A name no parameter has (LibTorch's names are dotted identifiers), hashed as parameter names
+// are (psrt::torch::key_of).
 Key plan_key() {
-  return psrt::torch::key_of("pstrain:epoch-plan");
+  static constexpr std::string_view kName = "pstrain:epoch-plan";
+  return fnv1a(kName.data(), kName.size());
 }
 
 std::int64_t exact(float sum, float count, const char* what) {
@@ -36,9 +40,10 @@ std::vector<float> encode_epoch_plan(const EpochPlan& plan, int rank) {
   std::vector<float> v(kRecord, 0.f);
   v[0] = 1.f;
   v[1] = static_cast<float>(plan.epoch);
-  v[2] = static_cast<float>(plan.first_step / kDigit);
+  const std::int64_t step_hi = plan.first_step / kDigit, base_hi = plan.step_base / kDigit;
+  v[2] = static_cast<float>(step_hi);
   v[3] = static_cast<float>(plan.first_step % kDigit);
-  v[4] = static_cast<float>(plan.step_base / kDigit);
+  v[4] = static_cast<float>(base_hi);
   v[5] = static_cast<float>(plan.step_base % kDigit);
   v[kHeader + static_cast<std::size_t>(rank)] = 1.f;
   return v;
