@@ -23,7 +23,9 @@
 #include <vector>
 
 #define PSRT_SCRATCH_PREFIX "psrt_elastic_train_test_"
+#include "psrt/error.h"
 #include "pstrain/data/shard.h"
+#include "pstrain/epoch_plan.h"
 #include "tests/integration/job_runner.h"
 
 namespace {
@@ -198,6 +200,33 @@ TEST(JoinTrain, AJoinerTrainsFromTheNextEpochAndEveryEpochVisitsEachSampleOnce) 
       ASSERT_EQ(seen[static_cast<std::size_t>(i)], i) << "a sample skipped or visited twice";
   }
   EXPECT_EQ(last_step, steps);
+}
+
+// The plan record (pstrain/epoch_plan.h): the sum of the records of ranks 0, 2 and 5 (rank 1
+// left, ranks 3 and 4 never came) names 3 workers, and each rank's part is its place among them.
+TEST(EpochPlan, TheSumOfTheWorkersRecordsIsThePlan) {
+  using psrt::pstrain::EpochPlan;
+  std::vector<float> sum(psrt::pstrain::encode_epoch_plan({}, 0).size(), 0.f);
+  EXPECT_EQ(psrt::pstrain::decode_epoch_plan(sum, 0).epoch, -1) << "no round yet: no plan";
+  const EpochPlan mine{7, 123456789, 4097, 0, -1};
+  for (int rank : {0, 2, 5}) {
+    const auto r = psrt::pstrain::encode_epoch_plan(mine, rank);
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      sum[i] += r[i];
+  }
+  for (auto [rank, part] : {std::pair{0, 0}, {2, 1}, {5, 2}, {1, -1}}) {
+    const EpochPlan p = psrt::pstrain::decode_epoch_plan(sum, rank);
+    EXPECT_EQ(p.epoch, 7);
+    EXPECT_EQ(p.first_step, 123456789);
+    EXPECT_EQ(p.step_base, 4097);
+    EXPECT_EQ(p.world, 3);
+    EXPECT_EQ(p.part, part) << "rank " << rank;
+  }
+  // A worker that starts another epoch than the others: the sum is no plan.
+  const auto other = psrt::pstrain::encode_epoch_plan({8, 123456789, 4097, 0, -1}, 3);
+  for (std::size_t i = 0; i < sum.size(); ++i)
+    sum[i] += other[i];
+  EXPECT_THROW(psrt::pstrain::decode_epoch_plan(sum, 0), psrt::Error);
 }
 
 }  // namespace
