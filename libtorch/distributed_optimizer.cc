@@ -140,8 +140,10 @@ void DistributedOptimizer::Impl::join() {
     std::vector<Handle> pulls;
     for (auto& s : slots_)
       pulls.push_back(worker_.pull(s.key, view_of(s.param)));
-    for (auto& h : pulls)
-      h.wait();
+    for (std::size_t i = 0; i < pulls.size(); ++i) {
+      pulls[i].wait();
+      slots_[i].version = pulls[i].version();
+    }
   }
   worker_.set_learning_rate(0.f);  // the configured rate until set_learning_rate()
 }
@@ -264,6 +266,7 @@ void DistributedOptimizer::Impl::issue_locked(int index) {
       worker_.set_learning_rate(s.lr);
       worker_lr_ = s.lr;
     }
+    s.counted = false;
     if (options_.grad_type == GradType::kF32) {
       // One message per slice each way; the reply lands in the parameter itself.
       s.push = s.pull = worker_.push_pull(s.key, view_of(s.grad), GradType::kF32, view_of(s.param));
@@ -378,6 +381,50 @@ void DistributedOptimizer::Impl::synchronize() {
     h.wait();
 }
 
+std::uint64_t DistributedOptimizer::Impl::version() {
+  synchronize();
+  std::uint64_t lowest = UINT64_MAX;
+  std::lock_guard lock(mu_);
+  for (auto& s : slots_) {
+    // A slot not issued since the last call keeps the version it had (its Handle may be the
+    // default one, of version 0).
+    if (!s.counted && s.pull.ready()) {
+      s.version = s.pull.version();
+      dropped_ += s.pull.dropped();
+      s.counted = true;
+    }
+    lowest = std::min(lowest, s.version);
+  }
+  return lowest;
+}
+
+std::uint64_t DistributedOptimizer::Impl::catch_up(std::uint64_t target) {
+  const std::uint64_t now = version();
+  if (now >= target) return now;
+  std::vector<Handle> pulls;
+  {
+    std::lock_guard lock(mu_);
+    if (lr_ != worker_lr_) {
+      worker_.set_learning_rate(lr_);
+      worker_lr_ = lr_;
+    }
+    ::torch::NoGradGuard no_grad;
+    for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+      Slot& s = slots_[i];
+      if (s.version >= target) continue;
+      // fp32 zeros whatever the wire type: a zero is a zero. Kept in the slot until the next
+      // push of it, as the pushes of a step are.
+      s.grad = at::zeros_like(s.param);
+      s.counted = false;
+      s.push = s.pull = worker_.push_pull(s.key, view_of(s.grad), GradType::kF32, view_of(s.param));
+      pulls.push_back(s.pull);
+    }
+  }
+  for (const auto& h : pulls)
+    h.wait();
+  return version();
+}
+
 // --- the public class ---
 
 DistributedOptimizer::DistributedOptimizer(Worker& worker, ::torch::nn::Module& model,
@@ -404,6 +451,15 @@ std::int64_t DistributedOptimizer::steps() const {
 }
 const std::vector<std::string>& DistributedOptimizer::parameter_names() const {
   return impl_->names();
+}
+std::uint64_t DistributedOptimizer::version() {
+  return impl_->version();
+}
+std::uint64_t DistributedOptimizer::dropped() const {
+  return impl_->dropped();
+}
+std::uint64_t DistributedOptimizer::catch_up(std::uint64_t version) {
+  return impl_->catch_up(version);
 }
 
 }  // namespace psrt::torch

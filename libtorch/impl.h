@@ -27,6 +27,9 @@ class DistributedOptimizer::Impl {
   void set_learning_rate(float lr);
   void wait(const ::torch::nn::Module& module);
   std::int64_t steps() const { return steps_; }
+  std::uint64_t version();
+  std::uint64_t dropped() const { return dropped_; }
+  std::uint64_t catch_up(std::uint64_t version);
   const std::vector<std::string>& names() const { return names_; }
 
  private:
@@ -39,9 +42,11 @@ class DistributedOptimizer::Impl {
     std::size_t bytes = 0;
     float lr = 0.f;  // the learning rate of the step `grad` belongs to
     unsigned hook = 0;
-    bool reached = false;  // a gradient arrived in this step
-    bool queued = false;   // waiting in pending_ for push credit
-    bool gated = false;    // a pre_forward waited for it since the last step
+    bool reached = false;       // a gradient arrived in this step
+    bool queued = false;        // waiting in pending_ for push credit
+    bool gated = false;         // a pre_forward waited for it since the last step
+    bool counted = true;        // `pull` is seen: version() took its version and dropped pushes
+    std::uint64_t version = 0;  // of the weights it holds, as far as version() has seen
     Handle push;
     Handle pull;
   };
@@ -75,6 +80,7 @@ class DistributedOptimizer::Impl {
   std::unordered_map<const ::torch::nn::Module*, std::vector<int>> module_slots_;
   std::vector<int> all_slots_;
   std::int64_t steps_ = 0;
+  std::uint64_t dropped_ = 0;  // training thread only
 
   std::mutex mu_;
   std::condition_variable cv_;  // pump: work queued or stop; waiters: a slot issued

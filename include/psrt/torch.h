@@ -114,6 +114,23 @@ class DistributedOptimizer {
   std::int64_t steps() const;
   const std::vector<std::string>& parameter_names() const;
 
+  // Waits for every outstanding pull (as synchronize()) and returns the lowest version among the
+  // parameters' weights (Handle::version(): the servers' rounds of the key; the version pulled
+  // at construction before the first step). In sync mode without backup workers this is the
+  // starting version plus steps(); with backup workers (docs/elastic.md) a step whose pushes
+  // were dropped as late moves it on by more than one: the worker then holds a later round's
+  // weights, and its next step is for the round after them.
+  std::uint64_t version();
+  // This worker's pushes (one per slice) that the servers dropped as late (backup workers),
+  // over the steps version() has waited for. 0 without backup workers.
+  std::uint64_t dropped() const;
+  // For a worker that joined a running job and waits for a point to start from (pstrain: the
+  // next epoch): one round without samples. Pushes a zero gradient for every parameter whose
+  // weights are older than `version` (so that the rounds that wait for this worker run), waits
+  // for their pulls and returns version(). Call it, between steps, until it returns `version`;
+  // the model then holds the weights of that version.
+  std::uint64_t catch_up(std::uint64_t version);
+
   class Impl;
 
  private:

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "psrt/psrt.h"
 #include "pstrain/options.h"
 
 namespace psrt::pstrain {
@@ -40,6 +41,17 @@ class TrainOptimizer {
   // Returns once every worker of the job called it (no-op for --no-ps).
   virtual void barrier() {}
   virtual int num_servers() const { return 0; }
+  // The version of the weights the model holds (psrt::torch::DistributedOptimizer::version():
+  // the servers' rounds; waits for the pulls), and this worker's pushes dropped as late
+  // (backup workers). 0 for --no-ps.
+  virtual std::uint64_t version() { return 0; }
+  virtual std::uint64_t dropped() const { return 0; }
+  // This worker joined a running job (psrt::Worker::joined()).
+  virtual bool joined() const { return false; }
+  // A joiner's round without samples (psrt::torch::DistributedOptimizer::catch_up).
+  virtual std::uint64_t catch_up(std::uint64_t version) { return version; }
+  // The job's worker (null for --no-ps): for the epoch plan (pstrain/epoch_plan.h).
+  virtual Worker* worker() { return nullptr; }
 };
 
 // --no-ps: torch::optim::SGD over `model`'s parameters.

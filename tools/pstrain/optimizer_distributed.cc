@@ -73,6 +73,11 @@ class DistributedSgd final : public TrainOptimizer {
   std::uint64_t resume_round() const override { return worker_.resume_round(); }
   void barrier() override { worker_.barrier(); }
   int num_servers() const override { return worker_.num_servers(); }
+  std::uint64_t version() override { return dist_ ? dist_->version() : 0; }
+  std::uint64_t dropped() const override { return dist_ ? dist_->dropped() : 0; }
+  bool joined() const override { return worker_.joined(); }
+  std::uint64_t catch_up(std::uint64_t version) override { return dist_->catch_up(version); }
+  Worker* worker() override { return &worker_; }
 
  private:
   TrainOptions o_;

@@ -77,6 +77,14 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--synthetic-size", o.synthetic_size, "training samples of --dataset synthetic")
       ->capture_default_str();
+  app.add_option("--slow-rank", o.slow_rank,
+                 "slow this worker down on purpose, a straggler for backup workers "
+                 "(docs/elastic.md; -1 = none)")
+      ->capture_default_str();
+  app.add_option("--slow-factor", o.slow_factor,
+                 "--slow-rank's worker takes this many times its compute per step (it sleeps the "
+                 "rest)")
+      ->capture_default_str();
 }
 
 float TrainOptions::beta1() const {
@@ -131,6 +139,9 @@ void validate(const TrainOptions& o) {
   }
   if (o.synthetic_size < 1) bad("--synthetic-size must be at least 1");
   if (o.push_credit < 0) bad(fmt::format("--push-credit {}: must be >= 0", o.push_credit));
+  if (o.slow_rank < -1) bad(fmt::format("--slow-rank {}: use a worker's rank, or -1", o.slow_rank));
+  if (!(o.slow_factor >= 1.0 && o.slow_factor <= 100.0))
+    bad(fmt::format("--slow-factor {}: must be in [1, 100]", o.slow_factor));
 }
 
 }  // namespace psrt::pstrain

@@ -37,6 +37,10 @@ struct TrainOptions {
   bool digest = false;                               // weights digest in every metrics line
   std::int64_t log_every = 50;  // steps between log lines when not on a terminal
   std::int64_t synthetic_size = 4096;
+  // A straggler on purpose (docs/elastic.md, perf/): worker slow_rank sleeps (slow_factor - 1)
+  // times its previous step's compute before each step. -1 = nobody.
+  int slow_rank = -1;
+  double slow_factor = 2.0;
 
   // --betas' two values (validate() checked that it parses).
   float beta1() const;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "pstrain/data/dataset.h"
 #include "pstrain/data/shard.h"
 #include "pstrain/device.h"
+#include "pstrain/epoch_plan.h"
 #include "pstrain/evaluate.h"
 #include "pstrain/job_checkpoint.h"
 #include "pstrain/lr_schedule.h"
@@ -48,6 +50,13 @@ std::uint64_t step_seed(std::uint64_t seed, int rank, std::int64_t epoch, std::i
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+// True when a step that moved `before` to `after` passed a multiple of `every`: without backup
+// workers every step moves by one (after % every == 0); with them a worker whose pushes were
+// dropped jumps over rounds, and still checkpoints or evaluates once per boundary it passed.
+bool crossed(std::int64_t before, std::int64_t after, std::int64_t every) {
+  return every > 0 && before / every != after / every;
 }
 
 std::string metrics_path(const std::string& path, int rank) {
@@ -101,29 +110,37 @@ std::int64_t resume(const TrainOptions& o, int world, ::torch::nn::Module& model
   return ck->step;
 }
 
-// How many steps, of how many samples, and when to evaluate and checkpoint.
+// How many steps, of how many samples, and when to evaluate and checkpoint. An epoch's workers
+// (its plan, pstrain/epoch_plan.h) fix its steps; the job's last step follows from the epochs
+// left.
 struct Schedule {
   std::int64_t samples = 0;  // in the training set
   std::int64_t per_epoch = 0;
   std::int64_t total = 0;
-  std::int64_t checkpoint_every = 0;
-  std::int64_t eval_every = 0;
-  std::int64_t batch = 0;  // per worker
+  std::int64_t checkpoint_every = 0;  // besides every epoch end; 0: none
+  std::int64_t eval_every = 0;        // the same
+  std::int64_t batch = 0;             // per worker
+  EpochPlan epoch;                    // the epoch the steps are in now
+  std::int64_t epoch_end() const { return epoch.first_step + per_epoch; }
 };
 
-Schedule schedule_of(const TrainOptions& o, std::int64_t n, int world) {
-  if (n < world)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{} training samples cannot be shared by {} workers", n, world));
-  Schedule s;
-  s.samples = n;
-  s.per_epoch = steps_per_epoch(n, world, o.batch_size);
-  s.total = o.epochs * s.per_epoch;
+void enter_epoch(Schedule& s, const TrainOptions& o, const EpochPlan& plan) {
+  if (s.samples < plan.world)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{} training samples cannot be shared by {} workers", s.samples, plan.world));
+  s.epoch = plan;
+  s.per_epoch = steps_per_epoch(s.samples, plan.world, o.batch_size);
+  s.batch = std::min(o.batch_size, s.samples / plan.world);
+  s.total = plan.first_step + (o.epochs - plan.epoch) * s.per_epoch;
   if (o.max_steps > 0) s.total = std::min(s.total, o.max_steps);
-  s.checkpoint_every = o.checkpoint_every ? o.checkpoint_every : s.per_epoch;
-  s.eval_every = o.eval_every ? o.eval_every : s.per_epoch;
-  s.batch = std::min(o.batch_size, n / world);
-  return s;
+}
+
+// The epoch that step `step` of a job of `world` workers (all of them from the start) is in.
+EpochPlan fixed_epoch(const TrainOptions& o, std::int64_t n, std::int64_t step, int rank, int world,
+                      std::int64_t step_base) {
+  const std::int64_t per = steps_per_epoch(n, world, o.batch_size);
+  return {step / per, step / per * per, step_base, world, rank};
 }
 
 // One training run: set up in the constructor, then run().
@@ -133,7 +150,16 @@ class TrainRun {
   void run();
 
  private:
+  // The epoch at the start: this worker's place in it, agreed with the others.
+  void enter_first_epoch();
+  // A worker that joined a running job: rounds without samples until the job reaches the next
+  // epoch, which it then trains with the others. False: no epoch is left for it.
+  bool join_next_epoch();
+  // At an epoch's last step: the next epoch's plan (a joiner counts from here on).
+  void next_epoch();
   void train_step();
+  // --slow-rank: sleeps (--slow-factor - 1) times the previous step's compute.
+  void straggle();
   void checkpoint();
   // The job checkpoint (pstrain/job_checkpoint.h): resume from round `round`, write this step's.
   std::int64_t resume_from_job(std::uint64_t round);
@@ -152,6 +178,18 @@ class TrainRun {
   std::unique_ptr<TrainOptimizer> opt_;
   const int rank_, world_;
   std::int64_t step_ = 0;
+  // Backup workers (psrun --backup-workers, docs/elastic.md): the step loop follows the servers'
+  // rounds. step_ is then round_base_ + the version of the weights this worker holds, so a
+  // worker whose pushes were dropped moves on to the current round instead of replaying the
+  // ones the job ran without it, and every worker stops when the job reached the last round.
+  bool by_round_ = false;
+  // step_ - the version of the weights (0 for a fresh job).
+  std::int64_t round_base_ = 0;
+  // Sync jobs without backup workers or job checkpoints agree on every epoch's workers
+  // (pstrain/epoch_plan.h): a joiner trains from the next epoch on and the data is re-sharded.
+  std::unique_ptr<EpochPlanner> planner_;
+  std::int64_t first_step_ = 0;
+  double last_compute_ = 0;  // seconds, of this worker's previous step (--slow-rank)
   float base_lr_ = 0.f;
   // psrun's --checkpoint-dir and --checkpoint-every in a sync job through the servers: this
   // worker writes its part of every job checkpoint round there (every job_every_ steps, 0: only
@@ -169,6 +207,26 @@ class TrainRun {
   ::torch::Tensor shard_;
   std::int64_t shard_epoch_ = -1;
 };
+
+// Whether the job's epochs are planned (pstrain/epoch_plan.h). Not with cuda servers or
+// --replicas 2, which refuse its key: then every epoch is cut for the workers of the start.
+std::unique_ptr<EpochPlanner> make_planner(TrainOptimizer& opt, bool by_round, bool job_dir) {
+  if (!opt.worker() || by_round || job_dir || runtime::env_string("PSRT_MODE") != "sync")
+    return nullptr;
+  // What the servers would refuse (an aggregate-only key needs cpu servers and no replicas),
+  // not asked: the refusal is logged as an error on the servers.
+  if (runtime::env_string("PSRT_SERVER_DEVICE").starts_with("cuda") ||
+      runtime::env_int("PSRT_REPLICAS", 1, 2) > 1)
+    return nullptr;
+  try {
+    return std::make_unique<EpochPlanner>(*opt.worker());
+  } catch (const Error& e) {
+    if (opt.rank() == 0)
+      PSRT_LOG_INFO("no epoch plan ({}): every epoch is cut for the workers of the start",
+                    e.what());
+    return nullptr;
+  }
+}
 
 TrainRun::TrainRun(const TrainOptions& o)
     : o_(o),
@@ -191,20 +249,29 @@ TrainRun::TrainRun(const TrainOptions& o)
   if (!o.no_ps && runtime::env_string("PSRT_MODE") == "sync") {
     job_dir_ = runtime::env_string("PSRT_CHECKPOINT_DIR");
     if (!job_dir_.empty()) job_every_ = runtime::env_int("PSRT_CHECKPOINT_EVERY", 0, 1LL << 40);
+    by_round_ = runtime::env_int("PSRT_BACKUP_WORKERS", 0, 4095) > 0;
     // A job checkpoint's round is every worker's step; a straggler's dropped rounds break that.
-    if (!job_dir_.empty() && runtime::env_int("PSRT_BACKUP_WORKERS", 0, 4095) > 0)
+    if (!job_dir_.empty() && by_round_)
       throw Error(ErrorCode::kInvalidArgument,
                   "pstrain's job checkpoints (psrun --checkpoint-dir) take a worker's step for the "
                   "servers' round, which --backup-workers breaks (a straggler's rounds are "
                   "dropped): use one of them (docs/elastic.md)");
   }
   // A job resumed from a job checkpoint continues from its round, whatever --train-dir holds.
+  // A joiner starts from the weights the others hold.
   if (!job_dir_.empty() && opt_->resume_round() > 0)
     step_ = resume_from_job(opt_->resume_round());
-  else
+  else if (!opt_->joined())
     step_ = resume(o, world_, *model_, *opt_, device_);
   if (!job_dir_.empty() && rank_ == 0) ps::mark_job_checkpoints(job_dir_);
   base_lr_ = opt_->start(*model_);
+  if (!o.no_ps && opt_->joined()) {
+    step_ = static_cast<std::int64_t>(opt_->version());  // until the epoch plan says otherwise
+  } else if (!o.no_ps) {
+    round_base_ = step_ - static_cast<std::int64_t>(opt_->version());
+  }
+  first_step_ = step_;
+  planner_ = make_planner(*opt_, by_round_, !job_dir_.empty());
   if (!job_dir_.empty() && opt_->resume_round() > 0 && rank_ == 0) {
     opt_->synchronize();
     PSRT_LOG_INFO("resumed from job checkpoint round {} in {} at step {} (epoch {}), weights {}",
@@ -212,7 +279,12 @@ TrainRun::TrainRun(const TrainOptions& o)
                   step_ / steps_per_epoch(data_.train.images.size(0), world_, o.batch_size),
                   weights_digest(*model_));
   }
-  sched_ = schedule_of(o, data_.train.images.size(0), world_);
+  sched_.samples = data_.train.images.size(0);
+  sched_.checkpoint_every = o.checkpoint_every;
+  sched_.eval_every = o.eval_every;
+  enter_epoch(
+      sched_, o,
+      fixed_epoch(o, sched_.samples, step_, rank_, world_, std::max<std::int64_t>(0, round_base_)));
   metrics_.emplace(metrics_path(o.metrics, rank_));
   if (rank_ == 0 && !o.train_dir.empty()) {
     std::error_code ignored;  // pseval --watch must not take an earlier run's DONE for this one
@@ -227,8 +299,67 @@ TrainRun::TrainRun(const TrainOptions& o)
         sched_.total, at::get_num_threads());
 }
 
+void TrainRun::enter_first_epoch() {
+  const EpochPlan fixed = sched_.epoch;
+  if (!planner_) return;
+  const EpochPlan p = planner_->agree(fixed.epoch, fixed.first_step, fixed.step_base);
+  if (p.world != fixed.world && rank_ == 0)
+    PSRT_LOG_INFO("epoch {}: {} workers, not {}: the data is cut in {} parts", p.epoch, p.world,
+                  fixed.world, p.world);
+  enter_epoch(sched_, o_, p);
+}
+
+bool TrainRun::join_next_epoch() {
+  const EpochPlan now = planner_->last();
+  EpochPlan next{0, 0, 0, 0, -1};  // none agreed yet: the job is at its start
+  if (now.epoch >= 0) {
+    enter_epoch(sched_, o_, now);  // the others' schedule, for the learning rate
+    next = {now.epoch + 1, sched_.epoch_end(), now.step_base, 0, -1};
+  }
+  round_base_ = next.step_base;
+  if (next.epoch >= o_.epochs || (o_.max_steps > 0 && next.first_step >= o_.max_steps)) {
+    PSRT_LOG_INFO("joined at step {}: the job has no epoch left to train", step_);
+    return false;
+  }
+  PSRT_LOG_INFO("joined at step {}: rounds without samples until epoch {} starts at step {}",
+                round_base_ + static_cast<std::int64_t>(opt_->version()), next.epoch,
+                next.first_step);
+  const auto target = static_cast<std::uint64_t>(next.first_step - round_base_);
+  for (std::uint64_t v = opt_->version(); v < target;) {
+    const auto at = round_base_ + static_cast<std::int64_t>(v);
+    opt_->set_learning_rate(lr_at(o_.lr_schedule, base_lr_, at, sched_.total));
+    v = opt_->catch_up(target);
+  }
+  step_ = next.first_step;
+  first_step_ = step_;
+  enter_epoch(sched_, o_, planner_->agree(next.epoch, next.first_step, next.step_base));
+  return true;
+}
+
+void TrainRun::next_epoch() {
+  while (step_ >= sched_.epoch_end()) {
+    const EpochPlan& e = sched_.epoch;
+    EpochPlan p{e.epoch + 1, sched_.epoch_end(), e.step_base, e.world, e.part};
+    if (planner_) p = planner_->agree(p.epoch, p.first_step, p.step_base);
+    if (p.world != e.world && rank_ == 0)
+      progress_->note(fmt::format("epoch {}: {} workers (was {}): the data is cut in {} parts",
+                                  p.epoch, p.world, e.world, p.world));
+    enter_epoch(sched_, o_, p);
+  }
+}
+
 void TrainRun::run() {
+  if (planner_ && opt_->joined()) {
+    if (!join_next_epoch()) {
+      opt_->finish();
+      return;
+    }
+  } else {
+    enter_first_epoch();
+  }
   while (step_ < sched_.total) {
+    next_epoch();
+    if (step_ >= sched_.total) break;
     // psrun got SIGUSR1: worker 0 asks for a checkpoint at round step + 2, before it pushes
     // step + 1. Another worker may end step + 1 before this request is written (its weights of
     // round step came earlier), but not step + 2: the forward of step + 2 waits for round
@@ -237,16 +368,17 @@ void TrainRun::run() {
       ps::request_checkpoint(job_dir_, static_cast<std::uint64_t>(step_ + 2));
       progress_->note(fmt::format("job checkpoint requested at round {}", step_ + 2));
     }
+    const std::int64_t before = step_;
     train_step();
     if (!job_dir_.empty() &&
         ((job_every_ > 0 && step_ % job_every_ == 0) ||
          ps::checkpoint_requested(job_dir_, static_cast<std::uint64_t>(step_))))
       job_checkpoint();
-    const bool epoch_end = step_ % sched_.per_epoch == 0;
+    const bool epoch_end = before < sched_.epoch_end() && step_ >= sched_.epoch_end();
     if (rank_ == 0 && !o_.train_dir.empty() &&
-        (step_ % sched_.checkpoint_every == 0 || epoch_end || step_ == sched_.total))
+        (crossed(before, step_, sched_.checkpoint_every) || epoch_end || step_ >= sched_.total))
       checkpoint();
-    if (rank_ == 0 && (step_ % sched_.eval_every == 0 || epoch_end)) evaluate_now();
+    if (rank_ == 0 && (crossed(before, step_, sched_.eval_every) || epoch_end)) evaluate_now();
   }
   opt_->synchronize();
   progress_->finish();
@@ -261,10 +393,11 @@ void TrainRun::run() {
 }
 
 void TrainRun::train_step() {
-  const std::int64_t epoch = step_ / sched_.per_epoch;
-  const std::int64_t index = step_ % sched_.per_epoch;
+  const EpochPlan& plan = sched_.epoch;
+  const std::int64_t epoch = plan.epoch;
+  const std::int64_t index = step_ - plan.first_step;
   if (epoch != shard_epoch_) {
-    shard_ = epoch_shard(sched_.samples, rank_, world_, o_.seed, epoch);
+    shard_ = epoch_shard(sched_.samples, plan.part, plan.world, o_.seed, epoch);
     shard_epoch_ = epoch;
   }
   const Batch b = make_batch(data_.train, shard_, index * sched_.batch, sched_.batch,
@@ -275,6 +408,8 @@ void TrainRun::train_step() {
   opt_->set_learning_rate(lr);
 
   const auto t0 = Clock::now();
+  if (rank_ == o_.slow_rank) straggle();
+  const auto compute_start = Clock::now();
   model_->train();
   opt_->zero_grad();
   auto logits = model_->forward(images);
@@ -283,10 +418,14 @@ void TrainRun::train_step() {
   opt_->step();
   const double loss_value = loss.item<double>();
   const double acc = logits.argmax(1).eq(labels).to(::torch::kFloat).mean().item<double>();
+  last_compute_ = seconds_since(compute_start);
+  const std::uint64_t dropped_before = opt_->dropped();
+  // With backup workers the round this step's weights come from: its own, or (its pushes
+  // dropped) a later one.
+  step_ = by_round_ ? round_base_ + static_cast<std::int64_t>(opt_->version()) : step_ + 1;
   const double dt = seconds_since(t0);
   train_seconds_ += dt;
   ++steps_done_;
-  ++step_;
 
   nlohmann::json line{{"step", step_},
                       {"epoch", epoch},
@@ -294,7 +433,11 @@ void TrainRun::train_step() {
                       {"loss", loss_value},
                       {"train_acc", acc},
                       {"samples_per_sec", static_cast<double>(sched_.batch) / dt},
-                      {"lr", lr}};
+                      {"lr", lr},
+                      {"world", plan.world},
+                      {"part", plan.part},
+                      {"batch", index}};
+  if (by_round_) line["dropped"] = opt_->dropped() - dropped_before;
   if (o_.digest) {
     opt_->synchronize();
     line["weights_digest"] = weights_digest(*model_);
@@ -304,11 +447,19 @@ void TrainRun::train_step() {
                    static_cast<double>(sched_.batch * steps_done_) / train_seconds_, lr});
 }
 
+void TrainRun::straggle() {
+  // Its pulls first, so that the compute measured next is its own and not a wait for the round.
+  opt_->synchronize();
+  if (last_compute_ > 0)
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>((o_.slow_factor - 1.0) * last_compute_));
+}
+
 void TrainRun::checkpoint() {
   opt_->synchronize();
   CheckpointInfo info;
   info.step = step_;
-  info.epoch = step_ / sched_.per_epoch;
+  info.epoch = step_ >= sched_.epoch_end() ? sched_.epoch.epoch + 1 : sched_.epoch.epoch;
   info.model = o_.model;
   info.dataset = o_.dataset;
   info.data_dir = o_.data_dir;
@@ -363,7 +514,7 @@ void TrainRun::evaluate_now() {
   last_eval_ = evaluate(*model_, data_.test);
   last_eval_step_ = step_;
   metrics_->write({{"step", step_},
-                   {"epoch", step_ > 0 ? (step_ - 1) / sched_.per_epoch : 0},  // of the last step
+                   {"epoch", sched_.epoch.epoch},  // of the last step
                    {"time_s", seconds_since(wall_start_)},
                    {"test_loss", last_eval_->loss},
                    {"test_accuracy", last_eval_->accuracy}});
@@ -377,15 +528,23 @@ void TrainRun::summarize() const {
   nlohmann::json summary{{"model", o_.model},
                          {"dataset", o_.dataset},
                          {"device", device_.str()},
-                         {"workers", world_},
+                         {"workers", sched_.epoch.world},
                          {"epochs", o_.epochs},
                          {"steps", step_},
                          {"test_accuracy", last_eval_->accuracy},
                          {"test_loss", last_eval_->loss},
-                         {"samples_per_sec", per_worker * world_},
+                         {"samples_per_sec", per_worker * sched_.epoch.world},
                          {"samples_per_sec_per_worker", per_worker},
                          {"wall_s", seconds_since(wall_start_)},
                          {"ps", !o_.no_ps}};
+  if (by_round_) {
+    // The job's pace: the servers' rounds this worker saw go by, per second of its steps.
+    summary["rounds"] = step_ - first_step_;
+    summary["rounds_per_sec"] =
+        train_seconds_ > 0 ? static_cast<double>(step_ - first_step_) / train_seconds_ : 0;
+    summary["steps_computed"] = steps_done_;
+    summary["dropped"] = opt_->dropped();
+  }
   std::printf("%s\n", summary.dump().c_str());
   std::fflush(stdout);
 }
