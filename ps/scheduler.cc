@@ -6,8 +6,8 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
-#include "ps/auth.h"
 #include "ps/checkpoint.h"
+#include "ps/session/auth.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {

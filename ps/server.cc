@@ -71,7 +71,7 @@ Server::Slice* Server::find(std::uint64_t key, std::uint32_t index) {
 
 std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) {
   if (role == Role::kServer) return primary_credential(rank);
-  if (role != Role::kWorker) return std::nullopt;  // ps/permissions.h allows it nothing
+  if (role != Role::kWorker) return std::nullopt;  // ps/session/permissions.h allows it nothing
   std::lock_guard lock(members_mu_);
   auto it = credentials_.find(rank);
   if (it == credentials_.end())

@@ -53,13 +53,15 @@
 #include "device/memory.h"
 #include "kernels/fused_sgd.h"
 #include "ps/consistency.h"
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 #include "psrt/key_update.h"
 
 namespace psrt::ps {
 
-struct ReplicaCount;  // ps/replica_protocol.h
-class BackupLog;      // ps/backup_log.h
+inline namespace session {
+struct ReplicaCount;  // ps/session/replica_protocol.h
+}  // namespace session
+class BackupLog;  // ps/backup_log.h
 
 // "an optimizer key", "an aggregate-only key (mean)", ... (ps/server_aggregate.cc)
 std::string_view to_string(KeyUpdate u) noexcept;

@@ -2,8 +2,8 @@
 // connection to the server it replicates to (its backup) and the acknowledgements it waits for;
 // as a backup, the copies of other servers' slices, by the server they came from.
 //
-// Protocol (ps/protocol.h, "Server replicas"): after every update of a slice, and once for a
-// slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
+// Protocol (ps/session/protocol.h, "Server replicas"): after every update of a slice, and once for
+// a slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
 // workers' counters (REPLICATE_COMMIT); the backup makes them its copy at once, whole, and acks.
 // The primary answers no pull of that version before the ack, so a version a worker has seen is
 // on two servers. When the scheduler reports a server lost (REPLICA_SET), the server named to
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "base/work_queue.h"
-#include "ps/replica_protocol.h"
-#include "ps/requests.h"
 #include "ps/server.h"
+#include "ps/session/replica_protocol.h"
+#include "ps/session/requests.h"
 
 namespace psrt::ps {
 

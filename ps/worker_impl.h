@@ -15,9 +15,9 @@
 
 #include "device/ipc.h"
 #include "ps/device_staging.h"
-#include "ps/endpoint.h"
 #include "ps/metric_hooks.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "psrt/psrt.h"
 #include "transport/transport.h"
 

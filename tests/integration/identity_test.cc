@@ -32,10 +32,10 @@
 #include <tuple>
 #include <vector>
 
-#include "ps/endpoint.h"
-#include "ps/permissions.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/permissions.h"
+#include "ps/session/requests.h"
 #define PSRT_SCRATCH_PREFIX "psrt_identity_test_"
 #include "tests/integration/job_runner.h"
 #include "transport/factory.h"

@@ -21,9 +21,9 @@
 #include <vector>
 
 #define PSRT_SCRATCH_PREFIX "psrt_invariants_test_"
-#include "ps/endpoint.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "ps/shard_map.h"
 #include "tests/integration/job_runner.h"
 #include "transport/event_loop.h"

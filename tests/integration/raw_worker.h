@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "transport/transport.h"
 
 namespace psrt::test {

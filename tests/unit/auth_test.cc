@@ -1,6 +1,6 @@
 // Job membership proof: HMAC-SHA256 over the label, both ends' roles and ranks, both nonces and
 // the membership credential; secrets and secret files.
-#include "ps/auth.h"
+#include "ps/session/auth.h"
 
 #include <gtest/gtest.h>
 #include <openssl/evp.h>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps::test {
 

@@ -1,5 +1,5 @@
-// The message table (PSRT_PS_MESSAGES in ps/protocol.h) and what is derived from it, pinned to
-// the values the wire and the permission rules had before the table existed: a changed row shows
+// The message table (PSRT_PS_MESSAGES in ps/session/protocol.h) and what is derived from it, pinned
+// to the values the wire and the permission rules had before the table existed: a changed row shows
 // up here, not as a peer of another build refusing a message.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "ps/permissions.h"
-#include "ps/protocol.h"
+#include "ps/session/permissions.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
 namespace {
@@ -94,7 +94,7 @@ TEST(MessageTable, DataAndHandshakeMessages) {
   EXPECT_EQ(handshake, (std::set<M>{M::kHello, M::kChallenge, M::kAuth, M::kWelcome}));
 }
 
-// The whole may_send matrix, as ps/permissions.h documents it.
+// The whole may_send matrix, as ps/session/permissions.h documents it.
 TEST(MessageTable, PermissionsMatrix) {
   const Role roles[] = {Role::kScheduler, Role::kServer, Role::kWorker};
   auto allowed = [](Role receiver, Role sender) -> std::set<M> {

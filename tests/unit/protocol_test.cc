@@ -1,6 +1,6 @@
 // The PS wire protocol: header round trip and layout, every rejection decode() makes, and the
 // structured payload codecs (slice tables, rank lists, optimizer records, address lines).
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kernels/fused_sgd.h"
-#include "ps/protocol_device.h"
-#include "ps/replica_protocol.h"
+#include "ps/session/protocol_device.h"
+#include "ps/session/replica_protocol.h"
 #include "transport/secure/handshake.h"
 #include "transport/wire.h"
 
@@ -459,7 +459,8 @@ TEST(ProtocolHeader, RejectsControlPayloadsAboveTheLimit) {
 
 // Known gap (reported, not fixed here): the header comment promises that slice tables stay
 // below kMaxControlBytes, but LOCATE_REPLY is only bounded to kMaxControlBytes / 4 records of
-// 24 bytes, i.e. 6 MiB. Enable once ps/protocol.cc bounds fixed_size(h) by kMaxControlBytes.
+// 24 bytes, i.e. 6 MiB. Enable once ps/session/protocol.cc bounds fixed_size(h) by
+// kMaxControlBytes.
 TEST(ProtocolHeader, RejectsSliceTablesAboveTheControlLimit) {
   const std::uint64_t records = kMaxControlBytes / kSliceRecordBytes + 1;
   expect_rejected(

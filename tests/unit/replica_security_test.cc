@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "ps/replica_protocol.h"
 #include "ps/scheduler.h"
+#include "ps/session/replica_protocol.h"
 #include "psrt/psrt.h"
 #include "replica_server.h"
 #include "tests/integration/raw_worker.h"

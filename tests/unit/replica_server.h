@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "ps/endpoint.h"
-#include "ps/protocol.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/protocol.h"
+#include "ps/session/requests.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {

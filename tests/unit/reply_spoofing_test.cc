@@ -12,9 +12,9 @@
 #include <mutex>
 #include <string>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "tests/integration/raw_worker.h"
 #include "transport/factory.h"
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "ps/auth.h"
+#include "ps/session/auth.h"
 
 namespace psrt::ps {
 namespace {

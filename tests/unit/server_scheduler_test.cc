@@ -23,10 +23,10 @@
 #include "../integration/raw_worker.h"
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
-#include "ps/protocol.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
 #include "ps/server.h"
+#include "ps/session/protocol.h"
+#include "ps/session/requests.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {

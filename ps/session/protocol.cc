@@ -1,4 +1,4 @@
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 #include <fmt/core.h>
 
@@ -10,6 +10,7 @@
 #include "transport/wire.h"
 
 namespace psrt::ps {
+inline namespace session {
 namespace {
 
 using wire::load;
@@ -458,4 +459,5 @@ Status decode_lines(std::span<const std::byte> bytes, std::vector<std::string>& 
   return {};
 }
 
+}  // namespace session
 }  // namespace psrt::ps

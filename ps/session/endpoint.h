@@ -1,8 +1,8 @@
 // Authenticated peers on top of a transport: every connection first runs the HELLO / CHALLENGE /
-// AUTH / WELCOME handshake (ps/auth.h); only then are its messages decoded for the role's
+// AUTH / WELCOME handshake (ps/session/auth.h); only then are its messages decoded for the role's
 // Handler. A bad message (malformed header, wrong version, wrong secret, a message before auth)
 // gets an ERROR reply naming the cause, then the connection is closed; other peers carry on.
-// Once authenticated, a peer may send only what ps/permissions.h allows its role; a worker
+// Once authenticated, a peer may send only what ps/session/permissions.h allows its role; a worker
 // connecting to a server also proves the membership credential the scheduler gave its rank
 // (Handler::credential_for, Endpoint::set_credential).
 //
@@ -32,11 +32,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/auth.h"
-#include "ps/protocol.h"
+#include "ps/session/auth.h"
+#include "ps/session/protocol.h"
 #include "transport/transport.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 class Endpoint;
 
@@ -193,7 +194,7 @@ class Endpoint final : public transport::Receiver {
   void on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void reject(Peer& peer, std::uint64_t request_id, const Status& why);
-  // The refusal of a message ps/permissions.h does not allow from this peer's role.
+  // The refusal of a message ps/session/permissions.h does not allow from this peer's role.
   Status not_permitted(const Peer& peer, MsgType type) const;
   // place() for a refused message: a discard buffer, the refusal sent once it arrived. Payloads
   // above kMaxDiscardBytes are not drained: the reply goes out at once and the connection
@@ -240,4 +241,5 @@ class Endpoint final : public transport::Receiver {
   std::thread linger_thread_;
 };
 
+}  // namespace session
 }  // namespace psrt::ps

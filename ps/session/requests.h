@@ -13,9 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 struct Reply {
   Header header;
@@ -66,4 +67,5 @@ class Requests {
   std::unordered_map<std::uint64_t, Entry> pending_;
 };
 
+}  // namespace session
 }  // namespace psrt::ps

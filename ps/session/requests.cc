@@ -1,4 +1,4 @@
-#include "ps/requests.h"
+#include "ps/session/requests.h"
 
 #include <fmt/core.h>
 
@@ -7,6 +7,7 @@
 #include "base/log.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 std::uint64_t Requests::add(const Peer& peer, std::string what, Done done, MutableBuffer dest) {
   std::lock_guard lock(mu_);
@@ -145,4 +146,5 @@ Reply Requests::call(Peer& peer, Header h, std::vector<std::byte> payload, std::
   return reply;
 }
 
+}  // namespace session
 }  // namespace psrt::ps

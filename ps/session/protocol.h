@@ -10,8 +10,9 @@
 //
 // This header is the wire format only: it includes the standard library and include/psrt/, and
 // nothing of the layers below ps/. The codecs whose C++ types belong to a lower layer live in a
-// header named after that layer, next to their users: ps/protocol_device.h (device::IpcRecord).
-// Their record sizes stay here, since decode() checks payload sizes against them.
+// header named after that layer, next to their users: ps/session/protocol_device.h
+// (device::IpcRecord). Their record sizes stay here, since decode() checks payload sizes against
+// them.
 #pragma once
 
 #include <array>
@@ -29,6 +30,7 @@
 #include "psrt/optimizer.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 inline constexpr std::uint32_t kMagic = 0x4d505350;  // "PSPM" in memory order
 // 2: the handshake proofs cover role, rank and the membership credential; MEMBERSHIP carries
@@ -46,7 +48,8 @@ inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kDigestBytes = 32;
 // A worker's membership credential: drawn by the scheduler when the worker registers, given to
 // it in REGISTER_REPLY and to every server in MEMBERSHIP. A worker's AUTH to a server proves it
-// (ps/auth.h), so that a peer holding only the job secret cannot push or pull as another rank.
+// (ps/session/auth.h), so that a peer holding only the job secret cannot push or pull as another
+// rank.
 inline constexpr std::size_t kCredentialBytes = 16;
 using Credential = std::array<std::byte, kCredentialBytes>;
 
@@ -54,14 +57,14 @@ using Credential = std::array<std::byte, kCredentialBytes>;
 //   X(enumerator, wire value, NAME, body, bytes, routes)
 // and everything per type is derived from it: the MsgType enum, to_string, decode()'s payload
 // checks (body and bytes), which payloads go where the handler places them (carries_data), the
-// handshake, and who may send what (ps/permissions.h reads `routes`). A new message is one row.
-// `body` (Body below) says what the payload is; `bytes` is the exact payload size of a kFixed or
-// kIpc body, the size of one record of a kRecords body, 0 otherwise. `routes` (Route below) are
+// handshake, and who may send what (ps/session/permissions.h reads `routes`). A new message is one
+// row. `body` (Body below) says what the payload is; `bytes` is the exact payload size of a kFixed
+// or kIpc body, the size of one record of a kRecords body, 0 otherwise. `routes` (Route below) are
 // the sender → receiver pairs that may send it once authenticated.
 // The header's argument fields (arg0, arg1) have one meaning per message: the accessors of
 // Header name them.
 #define PSRT_PS_MESSAGES(X)                                                                        \
-  /* Handshake, on every connection before anything else (ps/auth.h). */                           \
+  /* Handshake, on every connection before anything else (ps/session/auth.h). */                   \
   /* client → acceptor: role, rank (or kAnyRank); payload the client's nonce */                  \
   X(kHello, 1, "HELLO", kFixed, kNonceBytes, kHandshake)                                           \
   /* acceptor → client: payload the acceptor's nonce */                                          \
@@ -309,7 +312,7 @@ struct SliceRecord {
 inline constexpr std::size_t kSliceRecordBytes = 24;
 // One worker's counters on a replicated slice (REPLICATE_COMMIT record, 20 bytes): u32 rank,
 // u64 applied (its clock), u64 pushes (its pushes the replicated version consumed). Codec:
-// ps/replica_protocol.h.
+// ps/session/replica_protocol.h.
 inline constexpr std::size_t kReplicaCountBytes = 20;
 std::vector<std::byte> encode_slices(std::span<const SliceRecord> slices);
 // Checks that the records tile [0, total) in order with servers below num_servers.
@@ -351,8 +354,9 @@ std::vector<std::byte> encode_optimizer(const OptimizerConfig& c);
 Status decode_optimizer(std::span<const std::byte> bytes, OptimizerConfig& out);
 
 // device::IpcRecord on the wire: 64-byte memory handle, u64 offset, u64 allocation bytes,
-// 64-byte event handle (the handle size is device::kIpcHandleBytes, which ps/protocol_device.h
-// checks against this one). encode_ipc / decode_ipc: ps/protocol_device.h.
+// 64-byte event handle (the handle size is device::kIpcHandleBytes, which
+// ps/session/protocol_device.h checks against this one). encode_ipc / decode_ipc:
+// ps/session/protocol_device.h.
 inline constexpr std::size_t kIpcHandleWireBytes = 64;
 inline constexpr std::size_t kIpcRecordBytes = 2 * kIpcHandleWireBytes + 16;
 
@@ -447,4 +451,5 @@ inline std::span<const std::byte> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
+}  // namespace session
 }  // namespace psrt::ps

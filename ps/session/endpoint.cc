@@ -1,4 +1,4 @@
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 
 #include <fmt/core.h>
 
@@ -7,10 +7,11 @@
 #include "base/exception_status.h"
 #include "base/interfaces.h"
 #include "base/log.h"
-#include "ps/permissions.h"
+#include "ps/session/permissions.h"
 #include "transport/socket.h"
 
 namespace psrt::ps {
+inline namespace session {
 namespace {
 
 std::int64_t now_ticks() {
@@ -34,7 +35,7 @@ log::RateLimit& exception_log_limit() {
 
 Status Endpoint::not_permitted(const Peer& peer, MsgType type) const {
   return Status(ErrorCode::kProtocol,
-                fmt::format("a {} does not accept {} from a {} (ps/permissions.h)",
+                fmt::format("a {} does not accept {} from a {} (ps/session/permissions.h)",
                             to_string(self_), to_string(type), to_string(peer.role())));
 }
 
@@ -635,4 +636,5 @@ void Endpoint::on_closed(transport::Connection& conn, const Status& why) {
   if (peer->authenticated()) handler_->on_peer_closed(*peer, why);
 }
 
+}  // namespace session
 }  // namespace psrt::ps

@@ -1,4 +1,4 @@
-#include "ps/replica_protocol.h"
+#include "ps/session/replica_protocol.h"
 
 #include <fmt/core.h>
 
@@ -7,6 +7,7 @@
 #include "transport/wire.h"
 
 namespace psrt::ps {
+inline namespace session {
 using wire::load;
 using wire::store;
 
@@ -43,4 +44,5 @@ Status decode_counts(std::span<const std::byte> bytes, std::vector<ReplicaCount>
   return Status();
 }
 
+}  // namespace session
 }  // namespace psrt::ps

@@ -1,4 +1,4 @@
-#include "ps/auth.h"
+#include "ps/session/auth.h"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -12,6 +12,7 @@
 #include <cstring>
 
 namespace psrt::ps {
+inline namespace session {
 
 Nonce random_nonce() {
   Nonce n;
@@ -120,4 +121,5 @@ void check_secret_length(std::string_view secret, std::string_view source) {
                           source, secret.size(), kMinSecretChars));
 }
 
+}  // namespace session
 }  // namespace psrt::ps

@@ -4,7 +4,7 @@
 // client never talks to an impostor. Both proofs also cover who the two ends are (the role and
 // rank the client claimed in HELLO, the role and rank the client expects of the acceptor), so
 // that nobody on the path can change a HELLO's role or rank, and a worker's proof to a server
-// covers the membership credential the scheduler gave it for its rank (ps/protocol.h).
+// covers the membership credential the scheduler gave it for its rank (ps/session/protocol.h).
 #pragma once
 
 #include <array>
@@ -13,9 +13,10 @@
 #include <string>
 #include <string_view>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 using Nonce = std::array<std::byte, kNonceBytes>;
 using Digest = std::array<std::byte, kDigestBytes>;
@@ -52,4 +53,5 @@ inline constexpr std::size_t kMinSecretChars = 32;
 // shorter than kMinSecretChars.
 void check_secret_length(std::string_view secret, std::string_view source);
 
+}  // namespace session
 }  // namespace psrt::ps

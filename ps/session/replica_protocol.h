@@ -7,9 +7,10 @@
 #include <span>
 #include <vector>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
+inline namespace session {
 
 // REPLICATE_COMMIT record (kReplicaCountBytes): u32 rank, u64 applied, u64 pushes.
 struct ReplicaCount {
@@ -22,4 +23,5 @@ std::vector<std::byte> encode_counts(std::span<const ReplicaCount> counts);
 // joiner's clock starts level with the slowest worker's).
 Status decode_counts(std::span<const std::byte> bytes, std::vector<ReplicaCount>& out);
 
+}  // namespace session
 }  // namespace psrt::ps

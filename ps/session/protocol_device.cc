@@ -1,4 +1,4 @@
-#include "ps/protocol_device.h"
+#include "ps/session/protocol_device.h"
 
 #include <fmt/core.h>
 
@@ -10,6 +10,7 @@
 #include "transport/wire.h"
 
 namespace psrt::ps {
+inline namespace session {
 namespace {
 
 using wire::load;
@@ -55,4 +56,5 @@ Status decode_ipc(std::span<const std::byte> bytes, std::size_t count,
   return {};
 }
 
+}  // namespace session
 }  // namespace psrt::ps

@@ -1,6 +1,7 @@
-#include "ps/permissions.h"
+#include "ps/session/permissions.h"
 
 namespace psrt::ps {
+inline namespace session {
 namespace {
 
 // The route bit of sender → receiver; 0 for a pair no message may take (same roles).
@@ -31,4 +32,5 @@ bool may_send(Role receiver, Role sender, MsgType t) noexcept {
   return route != 0 && (info(t).routes & route) != 0;
 }
 
+}  // namespace session
 }  // namespace psrt::ps
