@@ -105,7 +105,7 @@ void Scheduler::stop(const Status& why) {
 
 void Scheduler::on_peer_ready(ps::Peer&) {}
 
-transport::Placement Scheduler::place(ps::Peer&, const Header& h, std::size_t) {
+MutableBuffer Scheduler::place(ps::Peer&, const Header& h, std::size_t, std::uint64_t) {
   throw Error(ErrorCode::kProtocol,
               fmt::format("the scheduler does not accept {}", ps::to_string(h.type)));
 }

@@ -108,7 +108,8 @@ class Scheduler final : public ps::Handler {
   void set_observers(std::shared_ptr<JobMetrics> metrics, std::shared_ptr<JobTimeline> timeline);
 
   void on_peer_ready(ps::Peer& peer) override;
-  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
+  MutableBuffer place(ps::Peer& peer, const ps::Header& h, std::size_t size,
+                      std::uint64_t cookie) override;
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
   void on_peer_closed(ps::Peer& peer, const Status& why) override;

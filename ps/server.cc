@@ -211,7 +211,7 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
   return lr;
 }
 
-transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
+MutableBuffer Server::place(Peer& peer, const Header& h, std::size_t size, std::uint64_t cookie) {
   if (peer.role() == Role::kServer) return place_replica(peer, h, size);
   InFlight in;
   if (h.type == MsgType::kInit) {
@@ -243,7 +243,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     throw refuse(ErrorCode::kProtocol,
                  fmt::format("a server does not accept {}", to_string(h.type)));
   }
-  transport::Placement p{{in.init.data(), size}, next_cookie_.fetch_add(1)};
+  transport::Placement p{{in.init.data(), size}, cookie};
   if (in.slice) {
     if (gpu_) {
       try {
@@ -259,7 +259,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
   }
   std::lock_guard lock(inflight_mu_);
   inflight_[{peer.id(), p.cookie}] = std::move(in);
-  return p;
+  return p.dest;
 }
 
 void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,

@@ -139,7 +139,7 @@ class Server final : public Handler {
   // credential (from MEMBERSHIP). A server's must be this server's current primary (replicas),
   // proving the credential REPLICA_SET gave for it.
   std::optional<Credential> credential_for(Role role, std::uint32_t rank) override;
-  transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
+  MutableBuffer place(Peer& peer, const Header& h, std::size_t size, std::uint64_t cookie) override;
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
   void on_peer_closed(Peer& peer, const Status& why) override;
@@ -366,7 +366,7 @@ class Server final : public Handler {
   void replicate_update(Update& u, std::uint64_t version, bool written);
   // Replicates `s` as it is now (busy meanwhile); at once (then()) when an update holds it.
   void replicate_slice(Slice& s, std::function<void()> then);
-  transport::Placement place_replica(Peer& peer, const Header& h, std::size_t size);
+  MutableBuffer place_replica(Peer& peer, const Header& h, std::size_t size);
   void on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_replica_set(Peer& scheduler, const Header& h, std::span<const std::byte> payload);
   // Connects to the new backup server `rank` at `address` (connector thread).
@@ -429,8 +429,7 @@ class Server final : public Handler {
 
   std::mutex inflight_mu_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight>
-      inflight_;  // (peer, cookie): inflight_mu_
-  std::atomic<std::uint64_t> next_cookie_{1};
+      inflight_;  // (peer, the endpoint's cookie of the message): inflight_mu_
 
   std::unique_ptr<Gpu> gpu_;  // null for a cpu server; set by the constructor, constant after
 

@@ -178,7 +178,7 @@ void Server::check_primary(const Peer& peer, const Header& h) {
                             to_string(h.type), peer.name()));
 }
 
-transport::Placement Server::place_replica(Peer& peer, const Header& h, std::size_t size) {
+MutableBuffer Server::place_replica(Peer& peer, const Header& h, std::size_t size) {
   if (!replica_ || h.type != MsgType::kReplicate)
     throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
                                                   to_string(h.type), peer.name()));
@@ -202,7 +202,7 @@ transport::Placement Server::place_replica(Peer& peer, const Header& h, std::siz
   buf.resize(h.count);
   c.staged_version[h.part()] = h.round;
   if (h.part() == 2) c.staged_steps = h.adam_steps();
-  return {{buf.data(), size}, 0};
+  return {buf.data(), size};
 }
 
 void Server::on_replica_message(Peer& peer, const Header& h, std::span<const std::byte> payload) {

@@ -301,18 +301,23 @@ void Endpoint::reject(Peer& peer, std::uint64_t request_id, const Status& why) {
   peer.send_error(request_id, why.code(), why.message(), /*then_close=*/true);
 }
 
-transport::Placement Endpoint::refuse_at_place(Peer& peer, std::uint64_t request_id,
-                                               const Status& why, std::size_t size) {
+transport::Placement Endpoint::refuse_at_place(Peer& peer, Peer::Arrival a, const Status& why,
+                                               std::size_t size) {
   if (size > kMaxDrainBytes) {
-    reject(peer, request_id, why);
+    reject(peer, a.header.request_id, why);
     throw Error(why.code(), why.message());
   }
-  auto buf = std::make_unique<std::vector<std::byte>>(size);
-  transport::Placement p{{buf->data(), size}, next_cookie_.fetch_add(1)};
+  a.bytes = std::make_unique<std::vector<std::byte>>(size);
+  a.refused = why;
+  MutableBuffer dest{a.bytes->data(), size};
+  return hold(peer, next_cookie_.fetch_add(1), std::move(a), dest);
+}
+
+transport::Placement Endpoint::hold(Peer& peer, std::uint64_t cookie, Peer::Arrival a,
+                                    MutableBuffer dest) {
   std::lock_guard lock(mu_);
-  peer.inflight_[p.cookie] = std::move(buf);
-  peer.refused_[p.cookie] = why;
-  return p;
+  peer.arrivals_.insert_or_assign(cookie, std::move(a));
+  return {dest, cookie};
 }
 
 // The transport's entry points run on its progress thread, where an exception that escaped would
@@ -382,29 +387,58 @@ transport::Placement Endpoint::place_checked(transport::Connection& conn,
     PSRT_LOG_WARN_LIMITED("refusing {}: {}; closing the connection", peer->name(), why);
     throw Error(ErrorCode::kAuthentication, why);
   }
-  Header h;
-  if (Status s = decode(header, size, limits_, h); !s.ok())
-    return refuse_at_place(*peer, 0, s, size);
-  if (peer->authenticated() && !may_send(self_, peer->role(), h.type))
-    return refuse_at_place(*peer, h.request_id, not_permitted(*peer, h.type), size);
+  Peer::Arrival a;
+  if (Status s = decode(header, size, limits_, a.header); !s.ok())
+    return refuse_at_place(*peer, std::move(a), s, size);
+  const Header& h = a.header;
+  if (peer->authenticated()) {
+    if (!may_send(self_, peer->role(), h.type))
+      return refuse_at_place(*peer, std::move(a), not_permitted(*peer, h.type), size);
+    a.permitted = true;
+  }
   if (carries_data(h.type)) {  // placed by the handler; byte payloads by the endpoint
     if (!peer->authenticated())
       return refuse_at_place(
-          *peer, h.request_id,
+          *peer, std::move(a),
           Status(ErrorCode::kAuthentication,
                  fmt::format("{} before authentication: send HELLO first", to_string(h.type))),
           size);
+    const std::uint64_t cookie = next_cookie_.fetch_add(1);
+    MutableBuffer dest;
     try {
-      return handler_->place(*peer, h, size);
+      dest = handler_->place(*peer, h, size, cookie);
     } catch (const Error& e) {
-      return refuse_at_place(*peer, h.request_id, Status(e), size);
+      return refuse_at_place(*peer, std::move(a), Status(e), size);
     }
+    return hold(*peer, cookie, std::move(a), dest);
   }
-  auto buf = std::make_unique<std::vector<std::byte>>(size);
-  transport::Placement p{{buf->data(), size}, next_cookie_.fetch_add(1)};
-  std::lock_guard lock(mu_);
-  peer->inflight_[p.cookie] = std::move(buf);
-  return p;
+  a.bytes = std::make_unique<std::vector<std::byte>>(size);
+  MutableBuffer dest{a.bytes->data(), size};
+  return hold(*peer, next_cookie_.fetch_add(1), std::move(a), dest);
+}
+
+std::optional<Peer::Arrival> Endpoint::arrival(Peer& peer, std::span<const std::byte> header,
+                                               const transport::Placement& placement) {
+  if (placement.dest.size == 0) {  // no place(): decoded here
+    Peer::Arrival a;
+    if (Status s = decode(header, 0, limits_, a.header); !s.ok()) {
+      reject(peer, 0, s);
+      return std::nullopt;
+    }
+    return a;
+  }
+  std::optional<Peer::Arrival> a;
+  {
+    std::lock_guard lock(mu_);
+    if (auto node = peer.arrivals_.extract(placement.cookie)) a = std::move(node.mapped());
+  }
+  if (!a) {
+    reject(peer, 0, Status(ErrorCode::kInternal, "a payload without a placement"));
+  } else if (a->refused) {
+    reject(peer, a->header.request_id, *a->refused);
+    a.reset();
+  }
+  return a;
 }
 
 void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> header,
@@ -412,33 +446,11 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
   auto peer = find(conn.id());
   if (!peer || peer->closing_.load()) return;  // nothing after a refusal is processed
   peer->last_seen_.store(now_ticks(), std::memory_order_relaxed);
-  if (placement.dest.size > 0) {
-    std::unique_lock lock(mu_);
-    if (auto it = peer->refused_.find(placement.cookie); it != peer->refused_.end()) {
-      Status why = std::move(it->second);
-      peer->refused_.erase(it);
-      peer->inflight_.erase(placement.cookie);
-      lock.unlock();
-      Header h;
-      (void)decode(header, placement.dest.size, limits_, h);  // for the request id, if any
-      return reject(*peer, h.request_id, why);
-    }
-  }
-  Header h;
-  // place() has decoded headers with payloads already; header-only messages are checked here.
-  if (Status s = decode(header, placement.dest.size, limits_, h); !s.ok())
-    return reject(*peer, 0, s);
-  std::unique_ptr<std::vector<std::byte>> bytes;
-  if (!carries_data(h.type) && placement.dest.size > 0) {
-    std::lock_guard lock(mu_);
-    auto it = peer->inflight_.find(placement.cookie);
-    if (it != peer->inflight_.end()) {
-      bytes = std::move(it->second);
-      peer->inflight_.erase(it);
-    }
-  }
+  std::optional<Peer::Arrival> a = arrival(*peer, header, placement);
+  if (!a) return;
+  const Header& h = a->header;
   std::span<const std::byte> payload;
-  if (bytes) payload = *bytes;
+  if (a->bytes) payload = *a->bytes;
 
   if (is_handshake(h.type) || !peer->authenticated()) {
     if (h.type == MsgType::kError && !peer->authenticated() && peer->on_handshake_) {
@@ -454,7 +466,8 @@ void Endpoint::deliver(transport::Connection& conn, std::span<const std::byte> h
     }
     return;
   }
-  if (!may_send(self_, peer->role(), h.type))
+  // Checked at place() unless it had no payload or arrived before the handshake completed.
+  if (!a->permitted && !may_send(self_, peer->role(), h.type))
     return reject(*peer, h.request_id, not_permitted(*peer, h.type));
   try {
     handler_->on_message(*peer, h, payload, placement);
@@ -626,7 +639,7 @@ void Endpoint::on_closed(transport::Connection& conn, const Status& why) {
     if (it == peers_.end()) return;
     peer = std::move(it->second);
     peers_.erase(it);
-    peer->inflight_.clear();
+    peer->arrivals_.clear();
     release_pending_locked(*peer);
     on_handshake = std::move(peer->on_handshake_);  // under mu_, where connect() installs it
   }

@@ -1,10 +1,14 @@
 // Authenticated peers on top of a transport: every connection first runs the HELLO / CHALLENGE /
 // AUTH / WELCOME handshake (ps/session/auth.h); only then are its messages decoded for the role's
-// Handler. A bad message (malformed header, wrong version, wrong secret, a message before auth)
-// gets an ERROR reply naming the cause, then the connection is closed; other peers carry on.
-// Once authenticated, a peer may send only what ps/session/permissions.h allows its role; a worker
-// connecting to a server also proves the membership credential the scheduler gave its rank
-// (Handler::credential_for, Endpoint::set_credential).
+// Handler. Each message is decoded and checked against the permissions once: at place() when it
+// carries a payload (the result waits under the placement's cookie until on_message()), at
+// on_message() when it does not. The endpoint numbers every placement, the handler's included:
+// one cookie space from place() to on_message(). A bad message (malformed header, wrong version,
+// wrong secret, a message before auth) gets an ERROR reply naming the cause, then the connection is
+// closed; other peers carry on. Once authenticated, a peer may send only what
+// ps/session/permissions.h allows its role; a worker connecting to a server also proves the
+// membership credential the scheduler gave its rank (Handler::credential_for,
+// Endpoint::set_credential).
 //
 // Threads: Handler callbacks run on the transport's progress thread and must not block.
 // Peer::send and Peer::close may be called from any thread.
@@ -112,11 +116,19 @@ class Peer : public std::enable_shared_from_this<Peer> {
   Nonce their_nonce_{};
   std::atomic<std::int64_t> last_seen_{0};
   std::function<void(const Status&)> on_handshake_;  // client side
-  // Byte payloads being received, by placement cookie.
-  std::unordered_map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> inflight_;
-  // Messages refused at place(): their payload is drained into a discard buffer so that the
-  // ERROR reply goes out in order and the connection closes after it.
-  std::unordered_map<std::uint64_t, Status> refused_;
+  // A message between place() and on_message(): what place() found, so that on_message()
+  // decodes and checks nothing again.
+  struct Arrival {
+    Header header;           // decoded at place()
+    bool permitted = false;  // checked against ps/session/permissions.h at place()
+    // A byte payload, received by the endpoint itself (data payloads go where the handler said).
+    std::unique_ptr<std::vector<std::byte>> bytes;
+    // Refused at place(): the payload is drained into `bytes` (never read) so that the ERROR
+    // reply goes out in order and the connection closes after it.
+    std::optional<Status> refused;
+  };
+  // Messages being received, by placement cookie (guarded by the endpoint's mu_).
+  std::unordered_map<std::uint64_t, Arrival> arrivals_;
   // Admission (guarded by the endpoint's mu_): an accepted connection not yet authenticated,
   // counted against the caps under host_.
   bool pending_ = false;
@@ -136,11 +148,16 @@ class Handler {
   virtual std::optional<Credential> credential_for(Role /*role*/, std::uint32_t /*rank*/) {
     return std::nullopt;
   }
-  // Where the payload of a data message (INIT, PUSH, PUSH_PULL, PULL_REPLY) goes. Throwing
-  // psrt::Error refuses it: the peer gets an ERROR with that message and is disconnected.
-  virtual transport::Placement place(Peer& peer, const Header& h, std::size_t payload_size) = 0;
+  // Where the payload of a data message (INIT, PUSH, PUSH_PULL, PULL_REPLY, REPLICATE) goes:
+  // payload_size bytes. `cookie` is the endpoint's number for this message, unique on this
+  // endpoint: on_message() gets it back as placement.cookie, so a handler keeps what it needs
+  // between the two under it. Throwing psrt::Error refuses the message: the peer gets an ERROR
+  // with that message and is disconnected.
+  virtual MutableBuffer place(Peer& peer, const Header& h, std::size_t payload_size,
+                              std::uint64_t cookie) = 0;
   // A complete authenticated message. Byte payloads are in `payload`; data payloads are where
-  // place() put them (`placement`). Throwing psrt::Error disconnects the peer like place().
+  // place() put them (`placement`, with place()'s cookie). Throwing psrt::Error disconnects the
+  // peer like place().
   virtual void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
                           const transport::Placement& placement) = 0;
   virtual void on_peer_closed(Peer& /*peer*/, const Status& /*why*/) {}
@@ -181,6 +198,12 @@ class Endpoint final : public transport::Receiver {
                                      std::size_t payload_size);
   void deliver(transport::Connection& conn, std::span<const std::byte> header,
                const transport::Placement& placement);
+  // What place() found for the message now delivered (by its cookie), or, for a message without
+  // a payload, its header decoded now; std::nullopt after a refusal sent here.
+  std::optional<Peer::Arrival> arrival(Peer& peer, std::span<const std::byte> header,
+                                       const transport::Placement& placement);
+  // Keeps `a` under `cookie` until on_message(), its payload going to `dest`.
+  transport::Placement hold(Peer& peer, std::uint64_t cookie, Peer::Arrival a, MutableBuffer dest);
   // An exception other than psrt::Error escaped a handler: ERROR(why) to the peer, then close.
   void refuse_after_exception(transport::Connection& conn, std::span<const std::byte> header,
                               std::size_t size, const Status& why) noexcept;
@@ -199,7 +222,7 @@ class Endpoint final : public transport::Receiver {
   // place() for a refused message: a discard buffer, the refusal sent once it arrived. Payloads
   // above kMaxDiscardBytes are not drained: the reply goes out at once and the connection
   // closes without waiting.
-  transport::Placement refuse_at_place(Peer& peer, std::uint64_t request_id, const Status& why,
+  transport::Placement refuse_at_place(Peer& peer, Peer::Arrival a, const Status& why,
                                        std::size_t size);
 
   // Closes `conn` after kErrorLinger: an ERROR reply's send completing locally does not mean it
@@ -221,6 +244,7 @@ class Endpoint final : public transport::Receiver {
   Handler* handler_ = nullptr;
   std::mutex mu_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Peer>> peers_;
+  // Placement cookies: every message with a payload, the handler's data messages included.
   std::atomic<std::uint64_t> next_cookie_{1};
   // Where payloads of a peer refused earlier land (never read): closing its connection at once
   // could overtake the ERROR still on its way (UCX), so they are drained here until the linger.
