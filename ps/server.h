@@ -21,7 +21,7 @@
 // trace_mu_ are leaves (nothing is locked under them); no server lock is held while an update is
 // handed to the pool or runs inline (run_inline), or a job goes to the GPU reply thread.
 // ThreadSanitizer (make test-sanitize, label tsan) checks the order on every run of
-// tests/unit/server_scheduler_test.cc (it reports an inversion).
+// tests/ps/server_scheduler_test.cc (it reports an inversion).
 //
 // The one access without a lock: an update writes a slice's weights (or its spare buffer) and
 // momentum without Slice::mu. It may because next_update_locked() marks the slice busy only when

@@ -3,8 +3,8 @@
 // is the `routes` column of PSRT_PS_MESSAGES (ps/session/protocol.h). A message outside it is
 // refused with an ERROR naming both roles, and the connection is closed. The sender's role is the
 // one its HELLO claimed, covered by the handshake's MAC, or, for a connection this process opened,
-// the role the acceptor proved in WELCOME. What the table says (tests/unit/protocol_test.cc pins
-// it):
+// the role the acceptor proved in WELCOME. What the table says (tests/ps/session/protocol_test.cc
+// pins it):
 //
 //   receiver   sender      may send
 //   scheduler  server      REGISTER, HEARTBEAT, MEMBERSHIP_ACK, METRICS, TIMELINE, CLOCK, ERROR

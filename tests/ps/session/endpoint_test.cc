@@ -2,6 +2,8 @@
 // space from place() to on_message(). A data message's cookie is the endpoint's, handed to the
 // handler's place() and back to its on_message(); a byte payload's cookie comes from the same
 // counter, so no two messages in flight share one; a message without a payload has none.
+#include "ps/session/endpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "ps/session/endpoint.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {
@@ -97,13 +98,13 @@ TEST(Endpoint, OneCookieSpaceFromPlaceToDelivery) {
 
   const std::vector<float> a = {1.f, 2.f}, b = {3.f, 4.f};
   ConstBuffer pa{a.data(), sizeof(float) * a.size()}, pb{b.data(), sizeof(float) * b.size()};
-  peer->send(init(7), {&pa, 1});                       // data: placed by the handler
+  peer->send(init(7), {&pa, 1});  // data: placed by the handler
   Header info;
   info.type = MsgType::kDeviceInfo;
   const std::string probe = "probe";
   auto pbytes = as_bytes(probe);
   peer->send_bytes(info, {pbytes.begin(), pbytes.end()});  // bytes: placed by the endpoint
-  peer->send(init(8), {&pb, 1});                            // data again
+  peer->send(init(8), {&pb, 1});                           // data again
   Header pull = init(7);
   pull.type = MsgType::kPull;
   peer->send(pull);  // no payload: no placement

@@ -22,7 +22,7 @@
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
 #include "ps/shard_map.h"
-#include "tests/unit/checkpoint_test_util.h"
+#include "tests/ps/checkpoint_test_util.h"
 #include "transport/wire.h"
 
 // Records the directories fsync() is called on (this test binary's fsync() stands in for libc's;

@@ -15,7 +15,7 @@
 #include "ps/checkpoint.h"
 #include "ps/job_checkpoint.h"
 #include "ps/shard_map.h"
-#include "tests/unit/checkpoint_test_util.h"
+#include "tests/ps/checkpoint_test_util.h"
 
 namespace psrt::ps {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "ps/optimizer_state.h"
 #include "ps/shard_map.h"
-#include "tests/unit/checkpoint_test_util.h"
+#include "tests/ps/checkpoint_test_util.h"
 
 namespace psrt::ps {
 namespace {
