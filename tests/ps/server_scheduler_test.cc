@@ -93,11 +93,13 @@ struct TestServer {
   std::string address;
 };
 
-// A worker's replies go to `requests`; a PULL_REPLY lands where its request said, anything else
-// with a payload (REGISTER_REPLY, ERROR) in a buffer of its own.
+// A worker's replies go to `requests`; a PULL_REPLY lands where its request said, any other data
+// message in a buffer of its own under the endpoint's cookie (byte payloads such as
+// REGISTER_REPLY and ERROR the endpoint receives itself).
 class WorkerHandler : public Handler {
  public:
-  transport::Placement place(Peer& peer, const Header& h, std::size_t size) override {
+  MutableBuffer place(Peer& peer, const Header& h, std::size_t size,
+                      std::uint64_t cookie) override {
     if (h.type == MsgType::kPullReply) {
       // A held reply's payload is not read (bounded: 30 s), so the server's send of it stays
       // in flight, as to a worker that reads slowly.
@@ -108,14 +110,13 @@ class WorkerHandler : public Handler {
         held_cv_.wait_for(lock, 30s, [&] { return !hold_; });
       }
       lock.unlock();
-      return {requests.dest(peer, h.request_id, size), 0};
+      return requests.dest(peer, h.request_id, size);
     }
     auto buf = std::make_unique<std::vector<std::byte>>(size);
+    MutableBuffer dest{buf->data(), size};
     std::lock_guard lock(mu_);
-    const std::uint64_t cookie = next_++;
-    transport::Placement p{{buf->data(), size}, cookie};
     buffers_[cookie] = std::move(buf);
-    return p;
+    return dest;
   }
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
                   const transport::Placement& p) override {
@@ -145,7 +146,6 @@ class WorkerHandler : public Handler {
   bool hold_ = false;  // guarded by mu_
   int held_ = 0;       // guarded by mu_
   std::mutex mu_;
-  std::uint64_t next_ = 1;
   std::map<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> buffers_;
 };
 
