@@ -35,7 +35,7 @@ test: deps-dev build package
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer in one build (half the compile time of one build each). sanitize_tests (tests/CMakeLists.txt) builds every test program
-# of tests/{unit,fuzz,transport,runtime,integration,security} and what they launch. Then the
+# of tests/{base,device,ps,fuzz,transport,runtime,integration} and what they launch. Then the
 # threaded core under ThreadSanitizer (data races, lock-order inversions): tsan_tests builds the
 # ps and base unit tests, the in-process server/scheduler test and the transport conformance
 # suite, and the tests labelled tsan run them.

@@ -25,7 +25,7 @@ namespace psrt::device {
 
 inline constexpr std::size_t kIpcHandleBytes = 64;  // cudaIpcMemHandle_t / cudaIpcEventHandle_t
 
-// What travels on the wire (ps/protocol_device.h encodes it).
+// What travels on the wire (ps/session/protocol_device.h encodes it).
 struct IpcRecord {
   std::array<std::byte, kIpcHandleBytes> memory{};  // the allocation's cudaIpcMemHandle_t
   std::uint64_t offset = 0;                         // of the buffer in the allocation

@@ -6,7 +6,7 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 
 namespace psrt::ps {
 namespace {

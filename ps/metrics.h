@@ -1,6 +1,6 @@
 // Live metrics of one process (psrun --metrics-port; docs/monitoring.md): what a worker or a
 // server counts on its hot path, reported to the scheduler on the heartbeat cadence as METRICS
-// records (ps/protocol.h), where ps/job_metrics.h keeps the latest report of every process.
+// records (ps/session/protocol.h), where ps/job_metrics.h keeps the latest report of every process.
 //
 // Off by default. Every hook first reads one relaxed atomic flag (metrics_on()), so a process
 // without metrics pays a load and a branch per operation and nothing else; with metrics on, a
@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
 
@@ -155,7 +155,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-class Peer;
+inline namespace session {
+class Peer;  // ps/session/endpoint.h
+}  // namespace session
 // Sends this process's snapshot to the scheduler as METRICS, when metrics are on (the worker's
 // and the server's heartbeat call it). A send that fails is logged and dropped.
 // `self`: this process's role (worker or server), which names its uptime gauge.

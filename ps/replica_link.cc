@@ -160,7 +160,7 @@ void ReplicaLink::check_primary(const Peer& peer, const Header& h) {
                             to_string(h.type), peer.name()));
 }
 
-transport::Placement ReplicaLink::place(Peer& peer, const Header& h, std::size_t size) {
+MutableBuffer ReplicaLink::place(Peer& peer, const Header& h, std::size_t size) {
   if (h.type != MsgType::kReplicate)
     throw Error(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
                                                   to_string(h.type), peer.name()));
@@ -184,7 +184,7 @@ transport::Placement ReplicaLink::place(Peer& peer, const Header& h, std::size_t
   buf.resize(h.count);
   c.staged_version[h.part()] = h.round;
   if (h.part() == 2) c.staged_steps = h.adam_steps();
-  return {{buf.data(), size}, 0};
+  return {buf.data(), size};
 }
 
 void ReplicaLink::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload) {

@@ -3,7 +3,7 @@
 // acknowledgements it waits for; as a backup, the copies of other servers' slices, by the server
 // they came from.
 //
-// Protocol (ps/protocol.h, "Server replicas"): after every update of a slice, and once for a
+// Protocol (ps/session/protocol.h, "Server replicas"): after every update of a slice, and once for a
 // slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
 // workers' counters (REPLICATE_COMMIT); the backup makes them its copy at once, whole, and acks.
 // The primary answers no pull of that version before the ack, so a version a worker has seen is
@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "base/work_queue.h"
-#include "ps/endpoint.h"
-#include "ps/replica_protocol.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/replica_protocol.h"
+#include "ps/session/requests.h"
 #include "ps/server_slice.h"
 
 namespace psrt::ps {
@@ -86,7 +86,7 @@ class ReplicaLink {
   // this server's primary. Throws psrt::Error (kAuthentication) for any other server.
   Credential primary_credential(std::uint32_t rank);
   // The Handler entry points for messages from servers (progress thread).
-  transport::Placement place(Peer& peer, const Header& h, std::size_t size);
+  MutableBuffer place(Peer& peer, const Header& h, std::size_t size);
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload);
   // REPLICA_SET from the scheduler (progress thread): promotes the lost server's copies when
   // this server is named to, and moves the link to the backup named.

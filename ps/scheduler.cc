@@ -6,9 +6,9 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
-#include "ps/auth.h"
 #include "ps/checkpoint.h"
 #include "ps/manifest_writer.h"
+#include "ps/session/auth.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {
@@ -117,7 +117,7 @@ void Scheduler::stop(const Status& why) {
 
 void Scheduler::on_peer_ready(ps::Peer&) {}
 
-transport::Placement Scheduler::place(ps::Peer&, const Header& h, std::size_t) {
+MutableBuffer Scheduler::place(ps::Peer&, const Header& h, std::size_t, std::uint64_t) {
   throw Error(ErrorCode::kProtocol,
               fmt::format("the scheduler does not accept {}", ps::to_string(h.type)));
 }

@@ -7,7 +7,7 @@
 // never sees a push from a worker it does not know.
 //
 // Identity: every worker registration gets a fresh random credential, sent to the worker in its
-// REGISTER reply and to every server with the membership (ps/protocol.h); servers accept a
+// REGISTER reply and to every server with the membership (ps/session/protocol.h); servers accept a
 // worker's connection only for a live rank with its credential. The scheduler itself acts on a
 // message only for the rank registered on the connection it came on, never a rank the message
 // names, and takes one REGISTER per connection.
@@ -48,8 +48,8 @@
 #include <thread>
 #include <vector>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "ps/shard_map.h"
 #include "transport/transport.h"
 
@@ -109,7 +109,8 @@ class Scheduler final : public ps::Handler {
   void set_observers(std::shared_ptr<JobMetrics> metrics, std::shared_ptr<JobTimeline> timeline);
 
   void on_peer_ready(ps::Peer& peer) override;
-  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
+  MutableBuffer place(ps::Peer& peer, const ps::Header& h, std::size_t size,
+                      std::uint64_t cookie) override;
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
   void on_peer_closed(ps::Peer& peer, const Status& why) override;
@@ -191,7 +192,7 @@ class Scheduler final : public ps::Handler {
   // Guarded by mu_: everything from here to finished_/result_.
   std::vector<std::shared_ptr<ps::Peer>> servers_;
   std::vector<std::string> server_addresses_;
-  // Each server registration's credential (ps/auth.h): given to that server alone in its
+  // Each server registration's credential (ps/session/auth.h): given to that server alone in its
   // REGISTER reply, and to the server it replicates to in REPLICA_SET, which accepts a server's
   // connection only from its current primary proving it.
   std::vector<ps::Credential> server_credentials_;

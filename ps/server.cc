@@ -83,7 +83,7 @@ std::optional<Credential> Server::credential_for(Role role, std::uint32_t rank) 
                                rank));
     return link_->primary_credential(rank);
   }
-  if (role != Role::kWorker) return std::nullopt;  // ps/permissions.h allows it nothing
+  if (role != Role::kWorker) return std::nullopt;  // ps/session/permissions.h allows it nothing
   std::lock_guard lock(members_mu_);
   auto it = credentials_.find(rank);
   if (it == credentials_.end())
@@ -225,7 +225,7 @@ float Server::admit_push_locked(Slice& s, const Header& h, std::uint32_t rank) {
   return lr;
 }
 
-transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size) {
+MutableBuffer Server::place(Peer& peer, const Header& h, std::size_t size, std::uint64_t cookie) {
   if (peer.role() == Role::kServer) {
     if (!link_)
       throw refuse(ErrorCode::kProtocol, fmt::format("{} from {}: this server takes no replicas",
@@ -263,7 +263,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
     throw refuse(ErrorCode::kProtocol,
                  fmt::format("a server does not accept {}", to_string(h.type)));
   }
-  transport::Placement p{{in.init.data(), size}, next_cookie_.fetch_add(1)};
+  transport::Placement p{{in.init.data(), size}, cookie};
   if (in.slice) {
     if (gpu_) {
       try {
@@ -279,7 +279,7 @@ transport::Placement Server::place(Peer& peer, const Header& h, std::size_t size
   }
   std::lock_guard lock(inflight_mu_);
   inflight_[{peer.id(), p.cookie}] = std::move(in);
-  return p;
+  return p.dest;
 }
 
 void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,

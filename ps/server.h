@@ -24,7 +24,7 @@
 // lock is held while an update is handed to the pool or runs inline (UpdateStage::submit), or a
 // job goes to the GPU reply thread.
 // ThreadSanitizer (make test-sanitize, label tsan) checks the order on every run of
-// tests/unit/server_scheduler_test.cc (it reports an inversion).
+// tests/ps/server_scheduler_test.cc (it reports an inversion).
 //
 // The one access without a lock (an update writing a slice's weights): ps/server_slice.h.
 #pragma once
@@ -47,7 +47,7 @@
 #include "device/cuda_device.h"
 #include "kernels/fused_sgd.h"
 #include "ps/consistency.h"
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 #include "ps/replica_link.h"
 #include "ps/server_slice.h"
 #include "ps/update_stage.h"
@@ -130,7 +130,7 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // credential (from MEMBERSHIP). A server's must be this server's current primary (replicas),
   // proving the credential REPLICA_SET gave for it.
   std::optional<Credential> credential_for(Role role, std::uint32_t rank) override;
-  transport::Placement place(Peer& peer, const Header& h, std::size_t size) override;
+  MutableBuffer place(Peer& peer, const Header& h, std::size_t size, std::uint64_t cookie) override;
   void on_message(Peer& peer, const Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
   void on_peer_closed(Peer& peer, const Status& why) override;
@@ -283,8 +283,7 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
 
   std::mutex inflight_mu_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, InFlight>
-      inflight_;  // (peer, cookie): inflight_mu_
-  std::atomic<std::uint64_t> next_cookie_{1};
+      inflight_;  // (peer, the endpoint's cookie of the message): inflight_mu_
 
   std::unique_ptr<Gpu> gpu_;  // null for a cpu server; set by the constructor, constant after
 

@@ -10,8 +10,8 @@
 #include "base/log.h"
 #include "kernels/dispatch.h"
 #include "kernels/fused_adam.h"
-#include "ps/protocol_device.h"
 #include "ps/server.h"
+#include "ps/session/protocol_device.h"
 
 namespace psrt::ps {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "device/memory.h"
-#include "ps/endpoint.h"
+#include "ps/session/endpoint.h"
 #include "psrt/key_update.h"
 
 namespace psrt::ps::served {

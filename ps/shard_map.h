@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
 

@@ -11,8 +11,8 @@
 
 #include "base/exception_status.h"
 #include "base/log.h"
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "transport/wire.h"
 
 namespace psrt::ps {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 
 namespace psrt::ps {
 
@@ -52,8 +52,10 @@ std::int64_t timeline_now() noexcept;
 void timeline_record(TimelineKind kind, std::uint64_t key, std::uint32_t slice, std::int64_t begin,
                      std::uint64_t arg) noexcept;
 
+inline namespace session {  // ps/session/endpoint.h, ps/session/requests.h
 class Peer;
 class Requests;
+}  // namespace session
 // Measures the offset to the scheduler's clock (CLOCK, a few round trips); a no-op when the
 // timeline is off. Throws psrt::Error when the scheduler does not answer within `timeout`.
 void sync_clock(Requests& requests, Peer& scheduler, std::chrono::milliseconds timeout);

@@ -609,11 +609,12 @@ void Worker::Impl::shutdown() {
   stop_staging();
 }
 
-transport::Placement Worker::Impl::place(ps::Peer& peer, const Header& h, std::size_t size) {
+MutableBuffer Worker::Impl::place(ps::Peer& peer, const Header& h, std::size_t size,
+                                  std::uint64_t) {
   if (h.type != MsgType::kPullReply)
     throw Error(ErrorCode::kProtocol,
                 fmt::format("a worker does not accept {}", ps::to_string(h.type)));
-  return {requests_.dest(peer, h.request_id, size), 0};
+  return requests_.dest(peer, h.request_id, size);
 }
 
 void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const std::byte> payload,

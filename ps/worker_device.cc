@@ -6,7 +6,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "device/cuda_device.h"
-#include "ps/protocol_device.h"
+#include "ps/session/protocol_device.h"
 #include "ps/worker_impl.h"
 
 namespace psrt {

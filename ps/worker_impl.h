@@ -16,9 +16,9 @@
 
 #include "device/ipc.h"
 #include "ps/device_staging.h"
-#include "ps/endpoint.h"
 #include "ps/metric_hooks.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "ps/send_window.h"
 #include "psrt/psrt.h"
 #include "transport/transport.h"
@@ -78,7 +78,8 @@ class Worker::Impl final : public ps::Handler {
   void barrier();
   void shutdown();
 
-  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override;
+  MutableBuffer place(ps::Peer& peer, const ps::Header& h, std::size_t size,
+                      std::uint64_t cookie) override;
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
                   const transport::Placement& placement) override;
   void on_peer_closed(ps::Peer& peer, const Status& why) override;

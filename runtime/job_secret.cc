@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "ps/auth.h"
+#include "ps/session/auth.h"
 #include "psrt/error.h"
 
 namespace psrt::runtime {

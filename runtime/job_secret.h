@@ -14,8 +14,8 @@ enum class NoSecret {
 
 // The first of: `file` (psrun --secret-file; empty: none), PSRT_SECRET, the file PSRT_SECRET_FILE
 // names. The files must be private (chmod 600) and a secret holds at least ps::kMinSecretChars
-// characters (ps/auth.h): otherwise psrt::Error naming where it came from. With none of them:
-// see NoSecret; kRefuse throws psrt::Error (kInvalidArgument) saying how to give one.
+// characters (ps/session/auth.h): otherwise psrt::Error naming where it came from. With none of
+// them: see NoSecret; kRefuse throws psrt::Error (kInvalidArgument) saying how to give one.
 std::string job_secret(NoSecret none, const std::string& file = {});
 
 }  // namespace psrt::runtime

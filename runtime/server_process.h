@@ -5,8 +5,8 @@
 
 #include <cstddef>
 
-#include "ps/endpoint.h"
 #include "ps/server.h"
+#include "ps/session/endpoint.h"
 #include "runtime/env_contract.h"
 
 namespace psrt::runtime {

@@ -1,8 +1,8 @@
 // Worker::from_env: the worker side of the env contract.
 #include <fmt/core.h>
 
-#include "ps/auth.h"
 #include "ps/metrics.h"
+#include "ps/session/auth.h"
 #include "ps/timeline.h"
 #include "psrt/psrt.h"
 #include "runtime/engine_env.h"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The layer check: every #include of every source file must point down the layer graph
 #
-#   {tools, python} → {runtime, libtorch} → ps → {transport, kernels → device} → base
+#   {tools, python} → {runtime, libtorch} → ps → ps/session → {transport, kernels → device} → base
 #
 # (an arrow is "may include"; the graph is transitive, so ps may include device and base).
-# include/psrt/ holds the public headers: any layer may include them, and they include only each
-# other. tests/ may include anything. transport/secure/ is part of transport. Includes of other
-# projects (<fmt/…>, <torch/…>, <cuda…>) are not checked.
+# ps/session/ (what the three roles share: protocol, auth, permissions, endpoint, requests) is a
+# layer of its own under the roles: it may not include the rest of ps/. include/psrt/ holds the
+# public headers: any layer may include them, and they include only each other. tests/ may
+# include anything. transport/secure/ is part of transport. Includes of other projects (<fmt/…>,
+# <torch/…>, <cuda…>) are not checked.
 #
 # Prints file:line and the arrow of every include against the graph, and exits 1 if there is one.
 # Usage: scripts/check_layers.sh [REPO_ROOT]   (default: the repository this script is in)
@@ -26,21 +28,24 @@ BELOW = {
     "device": {"base"},
     "kernels": {"device", "base"},
     "transport": {"base"},
-    "ps": {"transport", "kernels", "device", "base"},
-    "runtime": {"ps", "transport", "kernels", "device", "base"},
-    "libtorch": {"ps", "transport", "kernels", "device", "base"},
-    "tools": {"runtime", "libtorch", "ps", "transport", "kernels", "device", "base"},
-    "python": {"runtime", "ps", "transport", "kernels", "device", "base"},  # the module (python/)
+    "ps/session": {"transport", "kernels", "device", "base"},
+    "ps": {"ps/session", "transport", "kernels", "device", "base"},
+    "runtime": {"ps", "ps/session", "transport", "kernels", "device", "base"},
+    "libtorch": {"ps", "ps/session", "transport", "kernels", "device", "base"},
+    "tools": {"runtime", "libtorch", "ps", "ps/session", "transport", "kernels", "device", "base"},
+    "python": {"runtime", "ps", "ps/session", "transport", "kernels", "device",
+               "base"},  # the module (python/)
     "include": set(),  # public headers: only each other
     "tests": None,     # anything
 }
-GRAPH = "{tools, python} → {runtime, libtorch (not python)} → ps → {transport, kernels → device} → base"
+GRAPH = ("{tools, python} → {runtime, libtorch (not python)} → ps → ps/session → "
+         "{transport, kernels → device} → base")
 
 # Files held to less than their layer: what they may include besides the public headers.
 NARROW = {
     # The wire format: its types are the protocol's own and the public ones (psrt::GradType);
-    # codecs of device types live in ps/protocol_device.h.
-    "ps/protocol.h": set(),
+    # codecs of device types live in ps/session/protocol_device.h.
+    "ps/session/protocol.h": set(),
 }
 
 # Known leaks, each as "file -> included path" with a comment saying why it is still there.
@@ -66,8 +71,12 @@ def files():
 
 
 def layer_of(path):
-    top = path.split("/")[0]
-    return "include" if top == "include" else top if top in BELOW else None
+    """The layer of a path from the repository root: its deepest folder that is a layer."""
+    parts = path.split("/")
+    for n in range(len(parts) - 1, 0, -1):
+        if "/".join(parts[:n]) in BELOW:
+            return "/".join(parts[:n])
+    return None
 
 
 def resolve(src, quote, inc):
@@ -76,7 +85,7 @@ def resolve(src, quote, inc):
     if top == "psrt":
         return "include"
     if top in BELOW and top != "include":
-        return top
+        return layer_of(inc)
     if quote == "<":
         return None
     # A path relative to the including file, or to one of the extra include directories.

@@ -3,7 +3,7 @@
 // sends it (Worker::set_optimizer), psrun sets it (--optimizer, --lr, --momentum, ...), the server
 // keeps it and the fused update (kernels/fused_sgd.h for SGD, kernels/fused_adam.h for Adam and
 // AdamW, whose specs fix the arithmetic) reads it. A new option is a field here, its wire encoding
-// (ps/protocol.cc) and the kernels that apply it.
+// (ps/session/protocol.cc) and the kernels that apply it.
 //
 // C++17 as well as C++20: nvcc compiles the CUDA kernel at C++17 and sees this header through
 // kernels/fused_sgd.h (operator== is C++20 only).

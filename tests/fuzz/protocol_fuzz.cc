@@ -1,5 +1,5 @@
-// libFuzzer target for the PS message decoder (ps/protocol.cc): the bytes a peer sends before
-// anything else checks them. Build and run with clang (from the repository root):
+// libFuzzer target for the PS message decoder (ps/session/protocol.cc): the bytes a peer sends
+// before anything else checks them. Build and run with clang (from the repository root):
 //
 //   CXX=clang++ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
 //   cmake --build build-fuzz --target protocol_fuzz &&
@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "ps/metrics.h"
-#include "ps/protocol.h"
-#include "ps/protocol_device.h"
-#include "ps/replica_protocol.h"
+#include "ps/session/protocol.h"
+#include "ps/session/protocol_device.h"
+#include "ps/session/replica_protocol.h"
 #include "ps/timeline.h"
 
 namespace psrt::ps::fuzz {

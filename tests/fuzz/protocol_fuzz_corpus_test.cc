@@ -17,8 +17,8 @@
 
 #include "kernels/fused_sgd.h"
 #include "ps/metrics.h"
-#include "ps/protocol.h"
-#include "ps/protocol_device.h"
+#include "ps/session/protocol.h"
+#include "ps/session/protocol_device.h"
 #include "ps/timeline.h"
 #include "tests/fuzz/protocol_fuzz.h"
 

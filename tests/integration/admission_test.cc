@@ -27,10 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include "ps/auth.h"
-#include "ps/endpoint.h"
-#include "ps/protocol.h"
-#include "ps/requests.h"
+#include "ps/session/auth.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/protocol.h"
+#include "ps/session/requests.h"
 #include "transport/factory.h"
 #include "transport/socket.h"
 #include "transport/tcp/frame.h"
@@ -551,8 +551,8 @@ bool read_frame(int fd, ps::Header& h, std::vector<std::byte>& payload) {
 }
 
 // A raw socket that completes the handshake with the job secret, as a worker.
-// It claims to be server 7, which needs no membership credential: ps/permissions.h then refuses
-// every data message it sends, which is the refused payload the drain test needs.
+// It claims to be server 7, which needs no membership credential: ps/session/permissions.h then
+// refuses every data message it sends, which is the refused payload the drain test needs.
 int raw_authenticated(const std::string& address, ps::Identity acceptor) {
   const ps::Identity me{ps::Role::kServer, 7};
   int fd = raw_connect(address);

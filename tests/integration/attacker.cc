@@ -17,8 +17,8 @@
 #include <set>
 #include <thread>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "psrt/psrt.h"
 #include "tests/integration/raw_worker.h"
 #include "transport/factory.h"

@@ -32,10 +32,10 @@
 #include <tuple>
 #include <vector>
 
-#include "ps/endpoint.h"
-#include "ps/permissions.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/permissions.h"
+#include "ps/session/requests.h"
 #define PSRT_SCRATCH_PREFIX "psrt_identity_test_"
 #include "tests/integration/job_runner.h"
 #include "transport/factory.h"
@@ -180,7 +180,8 @@ class Recorder final : public psrt::ps::Handler {
     ready.emplace_back(peer.role(), peer.rank());
     if (on_ready) on_ready(peer);
   }
-  psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&, std::size_t) override {
+  psrt::MutableBuffer place(psrt::ps::Peer&, const psrt::ps::Header&, std::size_t,
+                            std::uint64_t) override {
     throw psrt::Error(psrt::ErrorCode::kProtocol, "no data messages here");
   }
   void on_message(psrt::ps::Peer&, const psrt::ps::Header& h, std::span<const std::byte> payload,
@@ -355,8 +356,8 @@ TEST(SchedulerIdentity, SecondRegisterOnOneConnectionIsRefused) {
   psrt::ps::Scheduler scheduler(config);
 
   struct Client final : psrt::ps::Handler {
-    psrt::transport::Placement place(psrt::ps::Peer&, const psrt::ps::Header&,
-                                     std::size_t) override {
+    psrt::MutableBuffer place(psrt::ps::Peer&, const psrt::ps::Header&, std::size_t,
+                              std::uint64_t) override {
       throw psrt::Error(psrt::ErrorCode::kProtocol, "no data");
     }
     void on_message(psrt::ps::Peer& peer, const psrt::ps::Header& h,

@@ -26,8 +26,8 @@
 #include <optional>
 #include <thread>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "tests/integration/raw_worker.h"
 #include "tests/integration/relay.h"
 #include "transport/factory.h"

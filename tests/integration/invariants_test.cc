@@ -21,9 +21,9 @@
 #include <vector>
 
 #define PSRT_SCRATCH_PREFIX "psrt_invariants_test_"
-#include "ps/endpoint.h"
-#include "ps/requests.h"
 #include "ps/scheduler.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "ps/shard_map.h"
 #include "tests/integration/job_runner.h"
 #include "transport/event_loop.h"
@@ -124,7 +124,7 @@ TEST(Invariants, SliceBoundsAreTheShardMapsCut) {
 // A peer that answers REGISTER replies into `requests` and refuses every MEMBERSHIP.
 class RefusingServer final : public ps::Handler {
  public:
-  transport::Placement place(ps::Peer&, const ps::Header&, std::size_t) override {
+  MutableBuffer place(ps::Peer&, const ps::Header&, std::size_t, std::uint64_t) override {
     throw Error(ErrorCode::kProtocol, "no data expected");
   }
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
@@ -217,7 +217,7 @@ TEST(Invariants, ExceptionsOnAProgressThreadAreContained) {
 
 class Closes final : public ps::Handler {
  public:
-  transport::Placement place(ps::Peer&, const ps::Header&, std::size_t) override {
+  MutableBuffer place(ps::Peer&, const ps::Header&, std::size_t, std::uint64_t) override {
     throw Error(ErrorCode::kProtocol, "no data expected");
   }
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,

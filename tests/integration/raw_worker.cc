@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ps/protocol.h"
+#include "ps/session/protocol.h"
 #include "transport/factory.h"
 
 namespace psrt::test {

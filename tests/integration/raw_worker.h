@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "ps/endpoint.h"
-#include "ps/requests.h"
+#include "ps/session/endpoint.h"
+#include "ps/session/requests.h"
 #include "transport/transport.h"
 
 namespace psrt::test {
@@ -17,8 +17,9 @@ namespace psrt::test {
 // A worker-side handler whose replies (and failures) go to `requests`.
 class RequestsHandler : public ps::Handler {
  public:
-  transport::Placement place(ps::Peer& peer, const ps::Header& h, std::size_t size) override {
-    return {requests.dest(peer, h.request_id, size), 0};
+  MutableBuffer place(ps::Peer& peer, const ps::Header& h, std::size_t size,
+                      std::uint64_t) override {
+    return requests.dest(peer, h.request_id, size);
   }
   void on_message(ps::Peer& peer, const ps::Header& h, std::span<const std::byte> payload,
                   const transport::Placement&) override {

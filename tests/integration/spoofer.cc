@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/protocol.h"  // constants only: magic, version, message type numbers
+#include "ps/session/protocol.h"  // constants only: magic, version, message type numbers
 
 namespace {
 
@@ -53,7 +53,7 @@ std::uint64_t get(const unsigned char* p, int n) {
   return v;
 }
 
-// The PS header (ps/protocol.h layout), little-endian.
+// The PS header (ps/session/protocol.h layout), little-endian.
 Bytes ps_header(psrt::ps::MsgType type, std::uint8_t dtype, std::uint64_t count) {
   Bytes h(64, 0);
   put(h, 0, psrt::ps::kMagic, 4);

@@ -3,8 +3,8 @@
 // what psrt needs to route active messages to this connection (the route token the peer must
 // put in front of every message on it). The socket then stays open as a liveness channel: its EOF
 // or keepalive failure is how a dead peer is noticed. Nothing in it is acted on beyond creating the
-// endpoint: the connection it opens is unauthenticated until the PS handshake (ps/endpoint.h)
-// completes.
+// endpoint: the connection it opens is unauthenticated until the PS handshake
+// (ps/session/endpoint.h) completes.
 //
 //   offset  size  field
 //   0       4     magic 'PSUX' (0x58555350)
