@@ -585,7 +585,7 @@ void Worker::Impl::shutdown() {
 }
 
 transport::Placement Worker::Impl::place(ps::Peer& peer, const Header& h, std::size_t size) {
-  if (h.type != MsgType::kPullReply)
+  if (h.type != MsgType::kPullReply && h.type != MsgType::kOptimizerStateReply)
     throw Error(ErrorCode::kProtocol,
                 fmt::format("a worker does not accept {}", ps::to_string(h.type)));
   return {requests_.dest(peer, h.request_id, size), 0};

@@ -34,6 +34,7 @@ Worker Worker::from_env() {
   o.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   o.cuda_ipc = env_bool("PSRT_CUDA_IPC");
   o.secure = env_bool("PSRT_SECURE");
+  o.checkpoint_dir = env_string("PSRT_CHECKPOINT_DIR");
   ps::enable_metrics(env_bool("PSRT_METRICS") || !env_string("PSRT_METRICS_PORT").empty());
   ps::enable_timeline(env_bool("PSRT_TIMELINE"));
   return join(o);
