@@ -26,15 +26,17 @@ StateKind kind_of(const std::vector<float>& state, std::size_t count) {
 
 std::string Server::state_refusal(const Slice& s, const Header& h) const {
   if (gpu_)
-    return fmt::format("{} of key {}: a cuda server keeps the optimizer state on its device; "
-                       "read or write it on cpu servers (psrun --server-device cpu), or "
-                       "checkpoint the job (psrun --checkpoint-dir, docs/checkpoints.md)",
-                       to_string(h.type), h.key);
+    return fmt::format(
+        "{} of key {}: a cuda server keeps the optimizer state on its device; "
+        "read or write it on cpu servers (psrun --server-device cpu), or "
+        "checkpoint the job (psrun --checkpoint-dir, docs/checkpoints.md)",
+        to_string(h.type), h.key);
   if (replica_ && h.type == MsgType::kSetOptimizerState)
-    return fmt::format("SET_OPTIMIZER_STATE of key {}: with --replicas 2 the backup would not "
-                       "hold the state loaded; resume such a job from its checkpoints (psrun "
-                       "--checkpoint-dir, docs/checkpoints.md)",
-                       h.key);
+    return fmt::format(
+        "SET_OPTIMIZER_STATE of key {}: with --replicas 2 the backup would not "
+        "hold the state loaded; resume such a job from its checkpoints (psrun "
+        "--checkpoint-dir, docs/checkpoints.md)",
+        h.key);
   if (s.update != KeyUpdate::kOptimizer)
     return fmt::format("{} of key {}: {} has no optimizer state", to_string(h.type), h.key,
                        to_string(s.update));
@@ -55,7 +57,7 @@ void Server::on_optimizer_state(Peer& peer, const Header& h, Slice& s) {
     std::lock_guard lock(s.mu);
     if (s.busy)
       return peer.send_error(
-          h.request_id, ErrorCode::kUnavailable,
+          h.request_id, ErrorCode::kInvalidArgument,
           fmt::format("key {} slice {} is being updated: read the optimizer state between "
                       "rounds (a sync job, after synchronize() on this worker)",
                       s.key, s.index),
@@ -77,16 +79,18 @@ std::string Server::set_state_locked(Slice& s, const Header& h, const OptimizerC
   if (s.busy || s.arriving > 0 ||
       std::any_of(s.workers.begin(), s.workers.end(),
                   [](const auto& w) { return !w.second.queued.empty(); }))
-    return fmt::format("key {} slice {} has gradients queued or an update running: load the "
-                       "optimizer state between rounds, once every worker has synchronized "
-                       "(psrt.torch's load_state_dict() does)",
-                       s.key, s.index);
+    return fmt::format(
+        "key {} slice {} has gradients queued or an update running: load the "
+        "optimizer state between rounds, once every worker has synchronized "
+        "(psrt.torch's load_state_dict() does)",
+        s.key, s.index);
   const bool adam = kernels::is_adam(cfg);
   if (!adam && (h.part() == 2 || cfg.momentum == 0.f))
-    return fmt::format("key {} slice {}: the job's optimizer is SGD{}, which keeps {}; the state "
-                       "loaded was written by another optimizer",
-                       s.key, s.index, cfg.momentum == 0.f ? " without momentum" : "",
-                       cfg.momentum == 0.f ? "no state" : "only a momentum buffer");
+    return fmt::format(
+        "key {} slice {}: the job's optimizer is SGD{}, which keeps {}; the state "
+        "loaded was written by another optimizer",
+        s.key, s.index, cfg.momentum == 0.f ? " without momentum" : "",
+        cfg.momentum == 0.f ? "no state" : "only a momentum buffer");
   const std::size_t want = adam ? adam_state_floats(s.count) : s.count;
   if (s.momentum.size() != want) s.momentum.assign(want, 0.f);
   const std::size_t at = h.part() == 1 ? 0 : s.count;

@@ -139,12 +139,12 @@ void Worker::Impl::set_optimizer_state(Key key, const OptimizerState& state) {
       h.set_slice(s.index);
       h.set_part(part);
       auto& server = *servers_[s.server];
-      const auto id = requests_.add(
-          server, fmt::format("SET_OPTIMIZER_STATE of key {} slice {}", key, s.index),
-          [st](const Status& status, const ps::Header&, std::span<const std::byte>) {
-            st->complete_part(status);
-          },
-          {});
+      const auto id =
+          requests_.add(server, fmt::format("SET_OPTIMIZER_STATE of key {} slice {}", key, s.index),
+                        [st](const Status& status, const ps::Header&, std::span<const std::byte>) {
+                          st->complete_part(status);
+                        },
+                        {});
       h.request_id = id;
       const ConstBuffer b{parts[part - 1]->data() + s.offset, s.count * sizeof(float)};
       server.send(h, {&b, 1}, [this, id, st](const Status& status) {

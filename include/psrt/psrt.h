@@ -217,7 +217,7 @@ class Worker {
   // pushes of the key are applied (after its pulls completed) in a sync job, where no round runs
   // without this worker. Blocking, bounded by PSRT_OP_TIMEOUT_MS. Throws psrt::Error:
   // kNotFound for a key never initialised, kUnsupported for an aggregate-only key, a cuda
-  // server (--server-device cuda) or --replicas 2, kUnavailable when an update is running.
+  // server (--server-device cuda) or --replicas 2, kInvalidArgument while an update runs.
   OptimizerState optimizer_state(Key key);
   // Stores `state` as the servers' optimizer state of `key` (every slice's part; `version` is
   // not written): for resuming from a saved state. Only between rounds, with no gradient of the

@@ -562,6 +562,10 @@ class DistributedOptimizer:
                 "DistributedOptimizer.load_state_dict: the state's hyper-parameters "
                 f"{fixed} are not those the servers run, {running}: build the optimizer with "
                 "the saved ones before wrapping it")
+        # Where the servers cannot take a state (cuda servers, --replicas 2) every worker
+        # raises here, rather than rank 0 alone below while the others wait in the barrier.
+        smallest = min((s for s in self._slots if s.trained), key=lambda s: s.data.numel())
+        self.worker.optimizer_state(smallest.key)
         self.worker.barrier()  # every worker's last round is applied: none is queued
         if self.worker.rank == 0:
             for s in self._slots:

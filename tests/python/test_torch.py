@@ -40,7 +40,7 @@ def test_request_checkpoint_from_python_saves_that_round_and_a_new_job_resumes_t
     assert r.count("PASS checkpoint rank") == 2, r.out
     want = re.findall(r"round 3 weights (\S+) rank", r.out)
     assert len(want) == 2 and want[0] == want[1], r.out
-    assert (tmp_path / "r3").is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    assert (tmp_path / "r000000000003").is_dir(), sorted(p.name for p in tmp_path.iterdir())
     r = run_job(job, "state_worker.py", "resumed")
     assert r.rc == 0, r.out
     assert r.count("PASS resumed rank") == 2, r.out

@@ -2,6 +2,7 @@
 // structured payload codecs (slice tables, rank lists, optimizer records, address lines).
 #include "ps/protocol.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <bit>
