@@ -233,7 +233,10 @@ MutableBuffer Server::place(Peer& peer, const Header& h, std::size_t size, std::
     return link_->place(peer, h, size);
   }
   InFlight in;
-  if (h.type == MsgType::kInit) {
+  if (h.type == MsgType::kSetOptimizerState) {
+    checked_slice(peer, h);
+    in.init.resize(h.count);
+  } else if (h.type == MsgType::kInit) {
     check_live_worker(peer, h);
     check_init_slice(h);
     check_aggregate_init(h);
@@ -308,6 +311,12 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       return on_pull(peer, h, checked_slice(peer, h));
     case MsgType::kVersion:
       return on_version(peer, h, checked_slice(peer, h));
+    case MsgType::kOptimizerState:
+      return on_optimizer_state(peer, h, checked_slice(peer, h));
+    case MsgType::kSetOptimizerState: {
+      InFlight in = take();
+      return on_set_optimizer_state(peer, h, in);
+    }
     case MsgType::kDeviceInfo:
       return on_device_info(peer, h, payload);
     case MsgType::kPushIpc:

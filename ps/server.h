@@ -197,6 +197,14 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // VERSION: replies at once with the slice's version (the updates applied to it), read under
   // its lock; unlike a pull it does not wait for the sender's pushes.
   void on_version(Peer& peer, const Header& h, Slice& s);
+  // Optimizer state read and written by a worker (ps/server_state.cc). state_refusal: why `s`
+  // cannot serve `h` (empty: it can).
+  std::string state_refusal(const Slice& s, const Header& h) const;
+  void on_optimizer_state(Peer& peer, const Header& h, Slice& s);
+  void on_set_optimizer_state(Peer& peer, const Header& h, InFlight& in);
+  // Under s.mu: stores part h.part() of a state of `cfg`; the refusal, or empty.
+  std::string set_state_locked(Slice& s, const Header& h, const OptimizerConfig& cfg,
+                               const std::vector<float>& values);
   // Under s.mu: refuses a push the slice cannot take now (not a member, too many queued, a
   // dtype other than the gradients queued or still arriving, a bad learning rate); returns its
   // learning rate.

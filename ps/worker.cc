@@ -611,7 +611,7 @@ void Worker::Impl::shutdown() {
 
 MutableBuffer Worker::Impl::place(ps::Peer& peer, const Header& h, std::size_t size,
                                   std::uint64_t) {
-  if (h.type != MsgType::kPullReply)
+  if (h.type != MsgType::kPullReply && h.type != MsgType::kOptimizerStateReply)
     throw Error(ErrorCode::kProtocol,
                 fmt::format("a worker does not accept {}", ps::to_string(h.type)));
   return requests_.dest(peer, h.request_id, size);

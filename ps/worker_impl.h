@@ -77,6 +77,10 @@ class Worker::Impl final : public ps::Handler {
   Handle version(Key key);
   void barrier();
   void shutdown();
+  // A key's optimizer state on the servers, and job checkpoints on demand (ps/worker_state.cc).
+  OptimizerState optimizer_state(Key key);
+  void set_optimizer_state(Key key, const OptimizerState& state);
+  void request_checkpoint(std::uint64_t round);
 
   MutableBuffer place(ps::Peer& peer, const ps::Header& h, std::size_t size,
                       std::uint64_t cookie) override;
@@ -95,6 +99,8 @@ class Worker::Impl final : public ps::Handler {
   };
   std::shared_ptr<const Layout> layout(Key key, std::uint64_t total);
   void check_open() const;
+  // check_open(), and refuses the optimizer state's calls where they cannot work (replicas).
+  void check_state_op(Key key, const char* op) const;
   // Fails every request still pending once the scheduler stopped the job (SHUTDOWN seen): for a
   // request added after SHUTDOWN's own fail_all ran.
   void fail_if_ended();

@@ -92,6 +92,45 @@ class PyWorker {
                  [&] { return get().push_pull(key, g.buffer, g.type, o.buffer); });
   }
 
+  // A key's optimizer state as a dict: "momentum" and "exp_avg_sq" (bytes of float32, or None),
+  // "steps", "version".
+  py::dict optimizer_state(Key key) {
+    OptimizerState st;
+    {
+      Worker& w = get();
+      py::gil_scoped_release release;
+      st = w.optimizer_state(key);
+    }
+    auto part = [](const std::vector<float>& v) -> py::object {
+      if (v.empty()) return py::none();
+      return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    };
+    py::dict d;
+    d["momentum"] = part(st.momentum);
+    d["exp_avg_sq"] = part(st.exp_avg_sq);
+    d["steps"] = st.steps;
+    d["version"] = st.version;
+    return d;
+  }
+
+  void set_optimizer_state(Key key, py::handle momentum, py::handle exp_avg_sq,
+                           std::uint64_t steps) {
+    OptimizerState st;
+    st.steps = steps;
+    auto take = [key](py::handle obj, const char* name, std::vector<float>& into) {
+      if (obj.is_none()) return;
+      Memory m =
+          memory_of(obj, Use::kValue, fmt::format("set_optimizer_state(key {}): {}", key, name));
+      const auto* f = static_cast<const float*>(m.buffer.data);
+      into.assign(f, f + m.count);
+    };
+    take(momentum, "momentum", st.momentum);
+    take(exp_avg_sq, "exp_avg_sq", st.exp_avg_sq);
+    Worker& w = get();
+    py::gil_scoped_release release;
+    w.set_optimizer_state(key, st);
+  }
+
   void shutdown() {
     if (!worker_) return;
     {
@@ -239,6 +278,22 @@ void bind_worker(py::module_& m) {
            "PSRT_OP_TIMEOUT_MS); psrt.Error with code NOT_FOUND for a key never initialised.")
       .def("barrier", PyWorker::blocking(&Worker::barrier),
            "Blocks until every live worker has called barrier().")
+      .def("optimizer_state", &PyWorker::optimizer_state, py::arg("key"),
+           "The servers' optimizer state of key (psrt::Worker::optimizer_state): a dict with "
+           "'momentum' (SGD's buffer or Adam's exp_avg) and 'exp_avg_sq' (Adam), each bytes of "
+           "float32 or None when absent, 'steps' (Adam's step count) and 'version'. Read it "
+           "between rounds (sync mode, after this worker's pulls). Blocking.")
+      .def("set_optimizer_state", &PyWorker::set_optimizer_state, py::arg("key"), py::kw_only(),
+           py::arg("momentum") = py::none(), py::arg("exp_avg_sq") = py::none(),
+           py::arg("steps") = 0,
+           "Stores key's optimizer state on the servers (float32 CPU tensors or buffers of the "
+           "key's size; steps: Adam's step count), between rounds with no gradient queued "
+           "(psrt::Worker::set_optimizer_state). Blocking.")
+      .def("request_checkpoint", PyWorker::blocking(&Worker::request_checkpoint), py::arg("round"),
+           "Asks the job for a checkpoint of round `round` into psrun's --checkpoint-dir (every "
+           "server's slices with their optimizer state, kept; a restarted job resumes there). "
+           "Call it before this worker pushes round - 1. Non-blocking; psrt.Error "
+           "INVALID_ARGUMENT when the job has no --checkpoint-dir.")
       .def("shutdown", &PyWorker::shutdown,
            "Leaves the job: waits for outstanding operations (bounded). Idempotent.")
       .def("__enter__", [](py::object self) { return self; })

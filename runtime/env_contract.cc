@@ -74,7 +74,8 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SHARDING", "balanced", "scheduler, server",
        "balanced: every tensor above 64 KiB cut evenly over all servers | fixed: slices of "
        "PSRT_PARTITION_BYTES (psrun --sharding; without it fixed when --partition-bytes is given)"},
-      {"PSRT_CHECKPOINT_DIR", "", "scheduler, server", "checkpoint directory (empty = none)"},
+      {"PSRT_CHECKPOINT_DIR", "", "scheduler, server, worker",
+       "checkpoint directory (empty = none; workers: where request_checkpoint() asks)"},
       {"PSRT_CHECKPOINT_EVERY", "0", "server", "checkpoint every R versions of a slice"},
       {"PSRT_SERVER_THREADS", "1", "server", "update threads per server"},
       {"PSRT_REPLICAS", "1", "scheduler, server",

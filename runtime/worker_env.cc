@@ -37,6 +37,7 @@ Worker Worker::from_env() {
   o.send_window = env_string("PSRT_SEND_WINDOW") == "auto"
                       ? -1
                       : env_int("PSRT_SEND_WINDOW", 0, std::int64_t{1} << 40);
+  o.checkpoint_dir = env_string("PSRT_CHECKPOINT_DIR");
   ps::enable_metrics(env_bool("PSRT_METRICS") || !env_string("PSRT_METRICS_PORT").empty());
   ps::enable_timeline(env_bool("PSRT_TIMELINE"));
   return join(o);

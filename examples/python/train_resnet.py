@@ -94,16 +94,17 @@ def main():
         base = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.05)
     else:
         base = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
-    start_epoch = 0
+    start_epoch, state = 0, None
     if a.resume and a.checkpoint and os.path.exists(a.checkpoint):
         state = torch.load(a.checkpoint, map_location=device)
         model.load_state_dict(state["model"])  # rank 0's is broadcast by the optimizer
-        if state["optim"] is not None:  # sum mode's (server mode: the servers held it)
-            base.load_state_dict(state["optim"])
         start_epoch = state["epoch"]
     mode = "sum" if a.optimizer_on == "workers" else "server"
     opt = psrt.torch.DistributedOptimizer(base, named_parameters=model.named_parameters(),
                                           worker=worker, mode=mode)
+    if state is not None:
+        # Every worker: the moments go to the local optimizer (sum mode) or to the servers.
+        opt.load_state_dict(state["optim"])
 
     x, y = load(a.data_dir, "train")
     ds = TensorDataset(x, y)
@@ -150,10 +151,9 @@ def main():
                           f"lr {sched.get_last_lr()[0]:.2e}", flush=True)
         opt.synchronize()
         if rank == 0 and a.checkpoint:
-            # Server mode keeps the momentum on the servers: psrun --checkpoint-dir saves it.
-            optim = opt.state_dict() if opt.mode == "sum" else None
-            torch.save({"model": model.state_dict(), "optim": optim, "epoch": epoch + 1},
-                       a.checkpoint)
+            # Server mode: state_dict() fetches the servers' moments (torch's format either way).
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                        "epoch": epoch + 1}, a.checkpoint)
         if a.max_steps and step >= a.max_steps:
             break
     if rank == 0:

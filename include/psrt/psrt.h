@@ -39,6 +39,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "psrt/buffer.h"
 #include "psrt/error.h"
@@ -113,6 +114,18 @@ struct WorkerOptions {
   // acknowledged as received); further slices wait, the first-used keys first. 0 = no bound;
   // -1 = by transport: 262144 over tcp, no bound over ucx.
   std::int64_t send_window = -1;
+  // PSRT_CHECKPOINT_DIR (psrun --checkpoint-dir): where request_checkpoint() asks for a round.
+  std::string checkpoint_dir;
+};
+
+// A key's optimizer state on the servers, for the whole tensor (its slices joined), as
+// Worker::optimizer_state reads it and Worker::set_optimizer_state writes it. Empty vectors: no
+// state (no update applied yet, or an optimizer that keeps none: SGD without momentum).
+struct OptimizerState {
+  std::vector<float> momentum;    // SGD: the momentum buffer; Adam/AdamW: exp_avg
+  std::vector<float> exp_avg_sq;  // Adam/AdamW only
+  std::uint64_t steps = 0;        // Adam/AdamW: the updates applied (torch's state["step"])
+  std::uint64_t version = 0;      // read: the key's version (lowest over its slices); not written
 };
 
 class Worker {
@@ -203,6 +216,33 @@ class Worker {
 
   // Blocks until every live worker has called barrier(). Bounded by PSRT_OP_TIMEOUT_MS.
   void barrier();
+
+  // The servers' optimizer state of `key` (momentum, Adam's moments and step count): for saving
+  // it as torch's optimizer.state_dict() does. Read between rounds: call it once this worker's
+  // pushes of the key are applied (after its pulls completed) in a sync job, where no round runs
+  // without this worker. Blocking, bounded by PSRT_OP_TIMEOUT_MS. Throws psrt::Error:
+  // kNotFound for a key never initialised, kUnsupported for an aggregate-only key, a cuda
+  // server (--server-device cuda) or --replicas 2, kInvalidArgument while an update runs.
+  OptimizerState optimizer_state(Key key);
+  // Stores `state` as the servers' optimizer state of `key` (every slice's part; `version` is
+  // not written): for resuming from a saved state. Only between rounds, with no gradient of the
+  // key queued: every worker waits for its pulls, then a barrier(), then one worker sets the
+  // state, then a barrier() (as psrt.torch's load_state_dict() does). The state must fit the
+  // job's optimizer (momentum for SGD with momentum; momentum, exp_avg_sq and steps for
+  // Adam/AdamW). Blocking. Throws psrt::Error: kInvalidArgument for sizes that do not fit, a
+  // state of another optimizer, or gradients queued; the optimizer_state() errors otherwise.
+  void set_optimizer_state(Key key, const OptimizerState& state);
+
+  // Asks the job for a checkpoint of round `round` (docs/checkpoints.md): every server writes
+  // its slices (weights and optimizer state) after the update that makes version `round`, and
+  // keeps them; a job restarted from the directory (psrun --max-restarts, or psrun
+  // --checkpoint-dir DIR again) resumes there (resume_round()). Call it before this worker
+  // pushes round `round` - 1 (in sync mode, with `round` >= the rounds it has pushed + 2: every
+  // server hears of it before the round runs). Works with --checkpoint-every 0. Non-blocking (it
+  // writes <DIR>/r<round>.request). Throws psrt::Error: kInvalidArgument when the job has no
+  // checkpoint directory (psrun --checkpoint-dir) or for round 0, kSystem when the file cannot
+  // be written.
+  void request_checkpoint(std::uint64_t round);
 
   // Leaves the job: waits for this worker's outstanding operations (bounded), unregisters from
   // the scheduler and closes every connection. Idempotent; later calls on this Worker throw.

@@ -238,6 +238,13 @@ Status decode(std::span<const std::byte> bytes, std::size_t payload_size, const 
 
   if (h.type == MsgType::kInit && h.key_update() > kMaxKeyUpdate)
     return bad(fmt::format("INIT with key update {} (0 optimizer, 1 mean, 2 sum)", h.key_update()));
+  if ((h.type == MsgType::kOptimizerState || h.type == MsgType::kSetOptimizerState) &&
+      (h.part() < 1 || h.part() > 2))
+    return bad(fmt::format("{} of part {} (1 momentum or exp_avg, 2 exp_avg_sq)", to_string(h.type),
+                           h.part()));
+  if (h.type == MsgType::kOptimizerStateReply && h.state_kind() > kMaxStateKind)
+    return bad(fmt::format("OPTIMIZER_STATE_REPLY with state kind {} (0 none, 1 momentum, 2 Adam)",
+                           h.state_kind()));
   if (Status st = check_payload(h, payload_size, limits); !st.ok()) return st;
   out = h;
   return {};

@@ -165,7 +165,18 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* them → PLACEMENT_REPLY: served_by() = the server serving that slice now (kAnyRank: the */   \
   /* shard map has no such slice), asking_server() = the asker's rank */                           \
   X(kPlacement, 70, "PLACEMENT", kNone, 0, kServerToScheduler)                                     \
-  X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)
+  X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)                           \
+  /* Optimizer state (Worker::optimizer_state, ps/server_state.cc), on cpu servers. */             \
+  /* The coordinates of a slice, as a PULL's; part() 1 (SGD's momentum or Adam's exp_avg) or */    \
+  /* 2 (Adam's exp_avg_sq) → OPTIMIZER_STATE_REPLY at once, read between two updates */          \
+  X(kOptimizerState, 85, "OPTIMIZER_STATE", kPull, 0, kWorkerToServer)                             \
+  /* payload count f32: the part (zeros where the slice holds none); round = slice version, */     \
+  /* state_kind() what the slice holds, total = Adam's step count (0 for SGD) */                   \
+  X(kOptimizerStateReply, 86, "OPTIMIZER_STATE_REPLY", kF32Reply, 0, kServerToWorker)              \
+  /* payload count f32: part() of a slice's state; round = Adam's step count (0 for SGD); */       \
+  /* taken only between rounds (no gradient queued) → SET_OPTIMIZER_STATE_REPLY */               \
+  X(kSetOptimizerState, 87, "SET_OPTIMIZER_STATE", kF32Data, 0, kWorkerToServer)                   \
+  X(kSetOptimizerStateReply, 88, "SET_OPTIMIZER_STATE_REPLY", kNone, 0, kServerToWorker)
 
 // The wire values of the rows, in table order. Each helper range of values (50-59, 60-69, ...)
 // leaves a gap below it: the rows' values rise, but need not be consecutive.
@@ -289,6 +300,10 @@ struct Header {
     arg1 =
         (workers & 0xffffffu) | (static_cast<std::uint32_t>(dropped > 255 ? 255 : dropped) << 24);
   }
+  // arg1 of OPTIMIZER_STATE_REPLY: what the slice's state holds (StateKind); decode() refuses
+  // another value. The part() of OPTIMIZER_STATE and SET_OPTIMIZER_STATE is 1 or 2.
+  std::uint32_t state_kind() const noexcept { return arg1; }
+  void set_state_kind(std::uint32_t k) noexcept { arg1 = k; }
   // arg1 of INIT_REPLY: this INIT stored its value (the first init of the key in the job).
   bool stored() const noexcept { return arg1 != 0; }
   void set_stored(bool stored) noexcept { arg1 = stored ? 1 : 0; }
@@ -296,6 +311,11 @@ struct Header {
 
 using HeaderBytes = std::array<std::byte, kHeaderBytes>;
 HeaderBytes encode(const Header& h);
+
+// What a slice's optimizer state holds (OPTIMIZER_STATE_REPLY's state_kind(); the layouts of
+// ps/optimizer_state.h).
+enum class StateKind : std::uint32_t { kNone = 0, kMomentum = 1, kAdam = 2 };
+inline constexpr std::uint32_t kMaxStateKind = 2;
 
 // The highest KeyUpdate value an INIT may carry (psrt::KeyUpdate::kSum).
 inline constexpr std::uint32_t kMaxKeyUpdate = 2;

@@ -17,7 +17,8 @@ Tensors (torch.Tensor, NumPy arrays, any buffer-protocol object) are used in pla
 from and receives into their memory and keeps them alive until the operation is over.
 Errors raise psrt.Error, whose .code is a psrt.ErrorCode. psrt.torch holds the
 DistributedOptimizer for PyTorch models; psrt.allreduce and psrt.broadcast are collectives for
-metrics (psrt/collectives.py). A script that ends without shutdown() still leaves the job: the
+metrics (psrt/collectives.py); psrt.request_checkpoint asks the job for a checkpoint (psrun
+--checkpoint-dir; psrt/checkpoints.py). A script that ends without shutdown() still leaves the job: the
 process's exit does it. psrt.__version__ is the version `psrun --version` prints.
 """
 
@@ -41,6 +42,7 @@ _check_torch()
 
 from psrt._core import Error, ErrorCode, Handle, Worker, key_of  # noqa: E402
 from psrt.collectives import allreduce, broadcast, default_worker  # noqa: E402
+from psrt.checkpoints import request_checkpoint  # noqa: E402
 
 __all__ = ["Error", "ErrorCode", "Handle", "Worker", "key_of", "allreduce", "broadcast",
-           "default_worker", "__version__"]
+           "default_worker", "request_checkpoint", "__version__"]

@@ -65,6 +65,10 @@ How it works (as the C++ integration, include/psrt/torch.h):
 - From a gradient's hook until the next forward (or synchronize()), the parameter's pulled
   weights may land at any moment: call synchronize() before reading or saving parameters.
 - Sum mode needs psrun --mode sync and cpu servers (--server-device cpu).
+- state_dict() is torch's format in both modes: server mode fetches the servers' state (SGD's
+  momentum_buffer, Adam/AdamW's step, exp_avg, exp_avg_sq) into self.optimizer.state first;
+  load_state_dict() stores it back on the servers (every worker calls it, after construction).
+  It resumes with any number of workers and servers; torch's own optimizer loads it too.
 """
 
 import contextlib
@@ -166,6 +170,17 @@ def _named(optimizer, named_parameters):
     return [(names[id(p)], p) for p in order if id(p) in wanted]
 
 
+def _from_bytes(data, like):
+    """A tensor shaped, placed and typed like `like` from float32 bytes."""
+    t = torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(like.shape)
+    return t.to(like.device)
+
+
+def _host(t):
+    """A float32 contiguous CPU copy of a state tensor (what set_optimizer_state reads)."""
+    return t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+
+
 def _env_max_grad_norm():
     """psrun --max-grad-norm, as the job's environment says it (0: none)."""
     v = os.environ.get("PSRT_MAX_GRAD_NORM", "0") or "0"
@@ -245,6 +260,7 @@ class DistributedOptimizer:
                 if mode == "server":
                     raise
         self.mode = "server" if sgd is not None else "sum"
+        self._server_optimizer = sgd  # set_optimizer's arguments (server mode)
         self.optimizer = optimizer
         self._grad_dtype = grad_dtype
         self._passes_per_step = backward_passes_per_step
@@ -516,18 +532,82 @@ class DistributedOptimizer:
         return [s.name for s in self._slots]
 
     def state_dict(self):
-        if self.mode == "sum":
-            return self.optimizer.state_dict()
-        raise NotImplementedError(
-            "the optimizer state (momentum) lives on the servers: checkpoint the job with psrun "
-            "--checkpoint-dir")
+        """The optimizer's state in torch's format (the wrapped optimizer's state_dict()), for
+        torch.save. Sum mode: the local optimizer's. Server mode: synchronize(), then the
+        servers' state of every trained parameter (SGD: momentum_buffer; Adam/AdamW: step,
+        exp_avg, exp_avg_sq) is fetched into self.optimizer.state first, so that the dict holds
+        what the servers run with: the same optimizer in one process, or load_state_dict() in a
+        job of any number of workers and servers, resumes from it. Call it between steps on any
+        worker (a sync job; the weights to save with it are the model's after synchronize())."""
+        if self.mode == "server":
+            self._fetch_state()
+        return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict):
+        """Loads a state_dict() (or torch's optimizer's). Sum mode: into the local optimizer.
+        Server mode: into self.optimizer (its hyper-parameters must be the ones the servers run,
+        except lr, which the next push carries), then onto the servers: every worker calls it
+        at the same point (after construction, before training on; it synchronizes and holds
+        two barriers), and rank 0 stores each parameter's state. A parameter without state in
+        the dict keeps the servers' (none in a fresh job)."""
         if self.mode == "sum":
             return self.optimizer.load_state_dict(state_dict)
-        raise NotImplementedError(
-            "the optimizer state (momentum) lives on the servers: resume the job from psrun "
-            "--checkpoint-dir")
+        self.synchronize()
+        self.optimizer.load_state_dict(state_dict)
+        loaded = _check_optimizer(self.optimizer)
+        fixed = {k: v for k, v in loaded.items() if k != "lr"}
+        running = {k: v for k, v in self._server_optimizer.items() if k != "lr"}
+        if fixed != running:
+            raise ValueError(
+                "DistributedOptimizer.load_state_dict: the state's hyper-parameters "
+                f"{fixed} are not those the servers run, {running}: build the optimizer with "
+                "the saved ones before wrapping it")
+        # Where the servers cannot take a state (cuda servers, --replicas 2) every worker
+        # raises here, rather than rank 0 alone below while the others wait in the barrier.
+        smallest = min((s for s in self._slots if s.trained), key=lambda s: s.data.numel())
+        self.worker.optimizer_state(smallest.key)
+        self.worker.barrier()  # every worker's last round is applied: none is queued
+        if self.worker.rank == 0:
+            for s in self._slots:
+                if s.trained:
+                    self._store_state(s)
+        self.worker.barrier()  # no worker pushes before the state is stored
+        return None
+
+    def _adam(self):
+        return self._server_optimizer.get("optimizer") in ("adam", "adamw")
+
+    def _fetch_state(self):
+        self.synchronize()
+        for s in self._slots:
+            if not s.trained:
+                continue
+            got = self.worker.optimizer_state(s.key)
+            if got["momentum"] is None:
+                self.optimizer.state.pop(s.param, None)
+                continue
+            state = self.optimizer.state[s.param]
+            state.clear()
+            if self._adam():
+                state["step"] = torch.tensor(float(got["steps"]))
+                state["exp_avg"] = _from_bytes(got["momentum"], s.param)
+                state["exp_avg_sq"] = _from_bytes(got["exp_avg_sq"], s.param)
+            else:
+                state["momentum_buffer"] = _from_bytes(got["momentum"], s.param)
+
+    def _store_state(self, s):
+        state = self.optimizer.state.get(s.param)
+        if not state:
+            return
+        if self._adam():
+            if "exp_avg" not in state or "exp_avg_sq" not in state:
+                raise ValueError(f"load_state_dict: the state of parameter '{s.name}' has no "
+                                 "exp_avg/exp_avg_sq: it was not saved by Adam or AdamW")
+            self.worker.set_optimizer_state(s.key, momentum=_host(state["exp_avg"]),
+                                            exp_avg_sq=_host(state["exp_avg_sq"]),
+                                            steps=int(state.get("step", 0)))
+        elif state.get("momentum_buffer") is not None:
+            self.worker.set_optimizer_state(s.key, momentum=_host(state["momentum_buffer"]))
 
     def close(self):
         """Removes the hooks, waits for every outstanding operation and, when the optimizer

@@ -49,13 +49,18 @@ bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
 void check_data_header(const Header& h, std::size_t payload_size) {
   require(h.dtype != WireType::kBytes, "a data message with a byte dtype");
   (void)to_grad_type(h.dtype);  // throws (an uncaught exception: a crash) for a byte dtype
-  if (h.type != MsgType::kPullReply) {
+  if (h.type != MsgType::kPullReply && h.type != MsgType::kOptimizerStateReply) {
     require(h.count >= 1, "a data slice of 0 elements");
     require(h.offset < h.total && h.count <= h.total - h.offset, "a slice outside its tensor");
   }
-  const bool no_payload = h.type == MsgType::kPull || h.type == MsgType::kVersion;
-  if (h.type == MsgType::kInit || h.type == MsgType::kPullReply || no_payload)
-    require(h.dtype == WireType::kF32, "INIT/PULL/PULL_REPLY/VERSION with a non-f32 dtype");
+  const bool no_payload =
+      h.type == MsgType::kPull || h.type == MsgType::kVersion || h.type == MsgType::kOptimizerState;
+  if (h.type != MsgType::kPush && h.type != MsgType::kPushPull)
+    require(h.dtype == WireType::kF32, "a data message other than a push with a non-f32 dtype");
+  if (h.type == MsgType::kOptimizerState || h.type == MsgType::kSetOptimizerState)
+    require(h.part() == 1 || h.part() == 2, "an optimizer state part other than 1 or 2");
+  if (h.type == MsgType::kOptimizerStateReply)
+    require(h.state_kind() <= kMaxStateKind, "an optimizer state of an unknown kind");
   require(h.count <= Limits{}.max_data_bytes / wire_size(h.dtype), "a slice above the limit");
   const std::size_t want = no_payload ? 0 : h.count * wire_size(h.dtype);
   require(payload_size == want, "a data payload of another size than count x dtype");
@@ -218,6 +223,9 @@ Outcome run_one(std::span<const std::byte> input) {
     case MsgType::kVersion:
     case MsgType::kPullReply:
     case MsgType::kReplicate:
+    case MsgType::kOptimizerState:
+    case MsgType::kOptimizerStateReply:
+    case MsgType::kSetOptimizerState:
       check_data_header(h, payload.size());
       return Outcome::kHeaderOnly;
     case MsgType::kReplicateCommit:

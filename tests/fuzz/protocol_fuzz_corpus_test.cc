@@ -153,6 +153,17 @@ std::map<std::string, Seed> seeds() {
   s["seed-pull-reply"] = {
       message(data(MsgType::kPullReply, WireType::kF32, 0, 2, 2), filled(8, 0x40)),
       Outcome::kHeaderOnly};
+  h = data(MsgType::kOptimizerState, WireType::kF32, 2, 3, 8);
+  h.set_part(2);
+  s["seed-optimizer-state"] = {message(h), Outcome::kHeaderOnly};
+  h = data(MsgType::kOptimizerStateReply, WireType::kF32, 0, 3, 3);
+  h.set_state_kind(static_cast<std::uint32_t>(StateKind::kAdam));
+  h.round = 4;
+  s["seed-optimizer-state-reply"] = {message(h, filled(12, 0x3e)), Outcome::kHeaderOnly};
+  h = data(MsgType::kSetOptimizerState, WireType::kF32, 2, 3, 8);
+  h.set_part(1);
+  h.round = 4;
+  s["seed-set-optimizer-state"] = {message(h, filled(12, 0x3d)), Outcome::kHeaderOnly};
   device::IpcRecord r;
   for (std::size_t i = 0; i < device::kIpcHandleBytes; ++i) {
     r.memory[i] = std::byte(static_cast<std::uint8_t>(i));

@@ -26,7 +26,7 @@ constexpr const char* kSecret = "message-deadline-test-secret-0123456789abcdef";
 // The accepting side: counts the messages it got and notes its peer's connection closing.
 class Acceptor : public Handler {
  public:
-  transport::Placement place(Peer&, const Header&, std::size_t) override {
+  MutableBuffer place(Peer&, const Header&, std::size_t, std::uint64_t) override {
     throw Error(ErrorCode::kProtocol, "no data messages here");
   }
   void on_message(Peer&, const Header&, std::span<const std::byte>,

@@ -104,7 +104,7 @@ class WorkerHandler : public Handler {
  public:
   MutableBuffer place(Peer& peer, const Header& h, std::size_t size,
                       std::uint64_t cookie) override {
-    if (h.type == MsgType::kPullReply) {
+    if (h.type == MsgType::kPullReply || h.type == MsgType::kOptimizerStateReply) {
       // A held reply's payload is not read (bounded: 30 s), so the server's send of it stays
       // in flight, as to a worker that reads slowly.
       std::unique_lock lock(mu_);
@@ -655,6 +655,68 @@ TEST_F(ServerSchedulerTest, BadMessagesAreRefusedAndChangeNothing) {
   reg.set_role(Role::kWorker);
   expect_refused(worker[0]->wait_call(worker[0]->raw.scheduler, reg), ErrorCode::kProtocol,
                  "REGISTER twice");
+}
+
+// OPTIMIZER_STATE of part `part` (1: momentum, 2: Adam's exp_avg_sq): the answer, and the part.
+std::pair<Answer, std::vector<float>> read_state(TestWorker& w, std::uint32_t part) {
+  Header h = TestWorker::slice_header(MsgType::kOptimizerState);
+  h.set_part(part);
+  std::vector<float> out(kInit.size(), -99.f);
+  auto f = w.start(h, {}, &out);
+  Answer a = TestWorker::wait(f);
+  return {a, out};
+}
+
+Answer store_state(TestWorker& w, std::uint32_t part, const std::vector<float>& values) {
+  Header h = TestWorker::slice_header(MsgType::kSetOptimizerState);
+  h.set_part(part);
+  auto f = w.start(h, values);
+  return TestWorker::wait(f);
+}
+
+// The optimizer state read and stored through the wire (psrt.torch's state_dict() in server
+// mode): SGD's momentum after a round, a stored one that the next round continues from, and a
+// store refused while a gradient of the next round is queued or for a part SGD does not have.
+TEST_F(ServerSchedulerTest, OptimizerStateIsReadAndStoredBetweenRounds) {
+  configure = [](ServerConfig& c) { c.sgd.momentum = 0.5f; };
+  start(2);
+  auto [none, zeros] = read_state(*worker[0], 1);
+  ASSERT_TRUE(none.first.ok()) << none.first.message();
+  EXPECT_EQ(none.second.state_kind(), static_cast<std::uint32_t>(StateKind::kNone));
+  EXPECT_EQ(zeros, (std::vector<float>{0, 0, 0, 0}));
+  ASSERT_TRUE(worker[0]->push({1, 1, 1, 1}).first.ok());
+  ASSERT_TRUE(worker[1]->push({3, 3, 3, 3}).first.ok());
+  EXPECT_EQ(worker[0]->pull().second, 1u);
+  // torch's first SGD step: buf = mean(g) = 2; w = w - 0.5 * 2.
+  auto [read, momentum] = read_state(*worker[1], 1);
+  ASSERT_TRUE(read.first.ok()) << read.first.message();
+  EXPECT_EQ(read.second.state_kind(), static_cast<std::uint32_t>(StateKind::kMomentum));
+  EXPECT_EQ(read.second.round, 1u);
+  EXPECT_EQ(momentum, (std::vector<float>{2, 2, 2, 2}));
+  auto [second, unused] = read_state(*worker[1], 2);
+  ASSERT_TRUE(second.first.ok());
+  EXPECT_EQ(unused, (std::vector<float>{0, 0, 0, 0}));
+
+  ASSERT_TRUE(store_state(*worker[0], 1, {1, 1, 1, 1}).first.ok());
+  const Answer sgd_part2 = store_state(*worker[0], 2, {1, 1, 1, 1});
+  EXPECT_EQ(sgd_part2.first.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(sgd_part2.first.message().find("the job's optimizer is SGD, which keeps only a "
+                                           "momentum buffer"),
+            std::string::npos)
+      << sgd_part2.first.message();
+  ASSERT_TRUE(worker[0]->push({2, 2, 2, 2}).first.ok());
+  const Answer queued = store_state(*worker[1], 1, {7, 7, 7, 7});
+  EXPECT_EQ(queued.first.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(queued.first.message().find("key 7 slice 0 has gradients queued or an update "
+                                        "running: load the optimizer state between rounds"),
+            std::string::npos)
+      << queued.first.message();
+  ASSERT_TRUE(worker[1]->push({2, 2, 2, 2}).first.ok());
+  // From the stored buffer: buf = 0.5 * 1 + 2 = 2.5; w = {0, 1, 2, 3} - 0.5 * 2.5.
+  auto [weights, version] = worker[0]->pull();
+  EXPECT_EQ(version, 2u);
+  EXPECT_EQ(weights, (std::vector<float>{-1.25f, -0.25f, 0.75f, 1.75f}));
+  EXPECT_EQ(read_state(*worker[0], 1).second, (std::vector<float>{2.5f, 2.5f, 2.5f, 2.5f}));
 }
 
 }  // namespace

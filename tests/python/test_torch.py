@@ -17,6 +17,42 @@ def test_four_workers_two_servers_match_one_process_of_torch_adamw(transport):
     assert r.count("PASS adamw") == 4, r.out
 
 
+def test_adamw_state_dict_mid_run_holds_the_servers_moments_and_resumes_a_fresh_job(tmp_path):
+    # Fixed 1 KiB slices: every weight matrix is cut over both servers.
+    job = "--transport tcp -n 2 -s 2 --partition-bytes 1024"
+    r = run_job(job, "state_worker.py", f"save {tmp_path}")
+    assert r.rc == 0, r.out
+    assert r.count("PASS save rank") == 2, r.out
+    # A fresh job of the same shape: exactly where the uninterrupted run went.
+    r = run_job(job, "state_worker.py", f"resume {tmp_path} exact")
+    assert r.rc == 0, r.out
+    assert r.count("PASS resume rank") == 2, r.out
+    # Another number of workers and servers, another cut: as one torch AdamW resumed.
+    r = run_job("--transport tcp -n 4 -s 3", "state_worker.py", f"resume {tmp_path}")
+    assert r.rc == 0, r.out
+    assert r.count("PASS resume rank") == 4, r.out
+
+
+def test_request_checkpoint_from_python_saves_that_round_and_a_new_job_resumes_there(tmp_path):
+    job = f"--transport tcp -n 2 -s 2 --checkpoint-dir {tmp_path}"
+    r = run_job(job, "state_worker.py", "checkpoint")
+    assert r.rc == 0, r.out
+    assert r.count("PASS checkpoint rank") == 2, r.out
+    want = re.findall(r"round 3 weights (\S+) rank", r.out)
+    assert len(want) == 2 and want[0] == want[1], r.out
+    assert (tmp_path / "r000000000003").is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    r = run_job(job, "state_worker.py", "resumed")
+    assert r.rc == 0, r.out
+    assert r.count("PASS resumed rank") == 2, r.out
+    assert re.findall(r"resumed weights (\S+) rank", r.out) == want, r.out
+
+
+def test_request_checkpoint_without_a_checkpoint_dir_names_the_flag():
+    r = run_job("--transport tcp -n 1", "state_worker.py", "checkpoint")
+    assert r.rc != 0, r.out
+    assert "the job has no checkpoint directory; start it with psrun --checkpoint-dir" in r.out
+
+
 def test_one_worker_through_the_servers_matches_torch_sgd_step_for_step():
     r = run_job("--transport tcp -n 1", "torch_worker.py", "equiv")
     assert r.rc == 0, r.out

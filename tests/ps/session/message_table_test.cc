@@ -80,13 +80,24 @@ TEST(MessageTable, WireValuesAndNamesAreFixed) {
   EXPECT_EQ(to_string(M::kPlacement), "PLACEMENT");
   EXPECT_EQ(static_cast<int>(M::kPlacementReply), 71);
   EXPECT_EQ(to_string(M::kPlacementReply), "PLACEMENT_REPLY");
-  ASSERT_EQ(static_cast<int>(M::kLast), 71);
+  // The optimizer state: the range 85-89.
+  EXPECT_EQ(static_cast<int>(M::kOptimizerState), 85);
+  EXPECT_EQ(to_string(M::kOptimizerState), "OPTIMIZER_STATE");
+  EXPECT_EQ(static_cast<int>(M::kOptimizerStateReply), 86);
+  EXPECT_EQ(to_string(M::kOptimizerStateReply), "OPTIMIZER_STATE_REPLY");
+  EXPECT_EQ(static_cast<int>(M::kSetOptimizerState), 87);
+  EXPECT_EQ(to_string(M::kSetOptimizerState), "SET_OPTIMIZER_STATE");
+  EXPECT_EQ(static_cast<int>(M::kSetOptimizerStateReply), 88);
+  EXPECT_EQ(to_string(M::kSetOptimizerStateReply), "SET_OPTIMIZER_STATE_REPLY");
+  ASSERT_EQ(static_cast<int>(M::kLast), 88);
   for (int t = 41; t < 60; ++t)
     EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
   for (int t = 64; t < 70; ++t)
     EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
+  for (int t = 72; t < 85; ++t)
+    EXPECT_EQ(to_string(static_cast<M>(t)), "?") << t;
   EXPECT_EQ(to_string(static_cast<M>(0)), "?");
-  EXPECT_EQ(to_string(static_cast<M>(72)), "?");
+  EXPECT_EQ(to_string(static_cast<M>(89)), "?");
   EXPECT_EQ(to_string(static_cast<M>(255)), "?");
 }
 
@@ -97,7 +108,8 @@ TEST(MessageTable, DataAndHandshakeMessages) {
     if (carries_data(static_cast<M>(t))) data.insert(static_cast<M>(t));
     if (is_handshake(static_cast<M>(t))) handshake.insert(static_cast<M>(t));
   }
-  EXPECT_EQ(data, (std::set<M>{M::kInit, M::kPush, M::kPushPull, M::kPullReply, M::kReplicate}));
+  EXPECT_EQ(data, (std::set<M>{M::kInit, M::kPush, M::kPushPull, M::kPullReply, M::kReplicate,
+                               M::kOptimizerStateReply, M::kSetOptimizerState}));
   EXPECT_EQ(handshake, (std::set<M>{M::kHello, M::kChallenge, M::kAuth, M::kWelcome}));
 }
 
@@ -118,14 +130,17 @@ TEST(MessageTable, PermissionsMatrix) {
     if (receiver == R::kServer && sender == R::kServer)
       return {M::kReplicate, M::kReplicateCommit, M::kReplicateAck, M::kError};
     if (receiver == R::kServer && sender == R::kWorker)
-      return {M::kInit,    M::kSetOptimizer, M::kPush,    M::kPull,    M::kPushPull, M::kDeviceInfo,
-              M::kPushIpc, M::kPushPullIpc,  M::kPullIpc, M::kVersion, M::kError};
+      return {M::kInit,           M::kSetOptimizer,      M::kPush,        M::kPull,    M::kPushPull,
+              M::kDeviceInfo,     M::kPushIpc,           M::kPushPullIpc, M::kPullIpc, M::kVersion,
+              M::kOptimizerState, M::kSetOptimizerState, M::kError};
     if (receiver == R::kWorker && sender == R::kScheduler)
       return {M::kRegisterReply, M::kUnregisterReply, M::kLocateReply, M::kBarrierReply,
               M::kShutdown,      M::kRoute,           M::kClockReply,  M::kError};
     if (receiver == R::kWorker && sender == R::kServer)
-      return {M::kInitReply,       M::kSetOptimizerReply, M::kPushAck,      M::kPullReply,
-              M::kDeviceInfoReply, M::kPullIpcReply,      M::kVersionReply, M::kError};
+      return {M::kInitReply,    M::kSetOptimizerReply,   M::kPushAck,
+              M::kPullReply,    M::kDeviceInfoReply,     M::kPullIpcReply,
+              M::kVersionReply, M::kOptimizerStateReply, M::kSetOptimizerStateReply,
+              M::kError};
     return {};
   };
   for (Role receiver : roles)

@@ -2,6 +2,7 @@
 // structured payload codecs (slice tables, rank lists, optimizer records, address lines).
 #include "ps/session/protocol.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -206,6 +207,20 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
       case MsgType::kVersion:
         h = data_header(type, WireType::kF32, 2, 3, 8);
         break;
+      case MsgType::kOptimizerState:
+        h = data_header(type, WireType::kF32, 2, 3, 8);
+        h.set_part(2);
+        break;
+      case MsgType::kOptimizerStateReply:
+        h = data_header(type, WireType::kF32, 2, 3, 8);
+        h.set_state_kind(static_cast<std::uint32_t>(StateKind::kAdam));
+        payload = 12;
+        break;
+      case MsgType::kSetOptimizerState:
+        h = data_header(type, WireType::kF32, 2, 3, 8);
+        h.set_part(1);
+        payload = 12;
+        break;
       case MsgType::kDeviceInfoReply:
         payload = 17;
         break;
@@ -227,6 +242,30 @@ TEST(ProtocolHeader, EveryTypeDecodesWhenWellFormed) {
     EXPECT_EQ(out.type, type);
     EXPECT_NE(to_string(type), "?");
   }
+}
+
+// OPTIMIZER_STATE and SET_OPTIMIZER_STATE name part 1 or 2; a reply names a known state kind.
+TEST(ProtocolHeader, OptimizerStatePartsAndKindsAreRangeChecked) {
+  Header out;
+  for (std::uint32_t part : {0u, 3u, 0xffffffffu}) {
+    Header get = data_header(MsgType::kOptimizerState, WireType::kF32, 2, 3, 8);
+    get.set_part(part);
+    expect_rejected(decode(encode(get), 0, Limits{}, out),
+                    fmt::format("OPTIMIZER_STATE of part {} (1 momentum or exp_avg, 2 "
+                                "exp_avg_sq)",
+                                part));
+    Header set = data_header(MsgType::kSetOptimizerState, WireType::kF32, 2, 3, 8);
+    set.set_part(part);
+    expect_rejected(decode(encode(set), 12, Limits{}, out),
+                    fmt::format("SET_OPTIMIZER_STATE of part {}", part));
+  }
+  Header reply = data_header(MsgType::kOptimizerStateReply, WireType::kF32, 2, 3, 8);
+  reply.set_state_kind(3);
+  expect_rejected(decode(encode(reply), 12, Limits{}, out),
+                  "OPTIMIZER_STATE_REPLY with state kind 3 (0 none, 1 momentum, 2 Adam)");
+  Header set = data_header(MsgType::kSetOptimizerState, WireType::kF32, 2, 3, 8);
+  set.set_part(2);
+  expect_rejected(decode(encode(set), 8, Limits{}, out), "SET_OPTIMIZER_STATE payload of 8 bytes");
 }
 
 TEST(ProtocolHeader, RejectsAWrongHeaderSize) {
