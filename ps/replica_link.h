@@ -3,8 +3,8 @@
 // acknowledgements it waits for; as a backup, the copies of other servers' slices, by the server
 // they came from.
 //
-// Protocol (ps/session/protocol.h, "Server replicas"): after every update of a slice, and once for a
-// slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
+// Protocol (ps/session/protocol.h, "Server replicas"): after every update of a slice, and once for
+// a slice's initial value, the primary sends the slice's weights and momentum (REPLICATE) and the
 // workers' counters (REPLICATE_COMMIT); the backup makes them its copy at once, whole, and acks.
 // The primary answers no pull of that version before the ack, so a version a worker has seen is
 // on two servers. When the scheduler reports a server lost (REPLICA_SET), the server named to
@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "base/work_queue.h"
+#include "ps/server_slice.h"
 #include "ps/session/endpoint.h"
 #include "ps/session/replica_protocol.h"
 #include "ps/session/requests.h"
-#include "ps/server_slice.h"
 
 namespace psrt::ps {
 

@@ -325,30 +325,10 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       return on_ipc(peer, h, payload);
     case MsgType::kSetOptimizer:
       return on_set_optimizer(peer, h, payload);
-    case MsgType::kMembership: {
+    case MsgType::kMembership:
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "MEMBERSHIP from a non-scheduler");
-      // Refused with an ERROR the scheduler acts on; the members stay as they were.
-      std::vector<MemberRecord> members;
-      if (Status s = decode_members(payload, members); !s.ok())
-        return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
-                               false);
-      remember_scheduler(peer);  // asked where slices are placed (PLACEMENT)
-      std::vector<std::uint32_t> ranks;
-      {
-        std::lock_guard lock(members_mu_);
-        credentials_.clear();
-        for (const auto& m : members) {
-          ranks.push_back(m.rank);
-          credentials_[m.rank] = m.credential;
-        }
-      }
-      set_members(ranks);
-      Header ack;
-      ack.type = MsgType::kMembershipAck;
-      ack.request_id = h.request_id;
-      return peer.send(ack);
-    }
+      return on_membership(peer, h, payload);
     case MsgType::kPlacementReply:
       if (peer.role() != Role::kScheduler)
         throw refuse(ErrorCode::kProtocol, "PLACEMENT_REPLY from a non-scheduler");
@@ -371,6 +351,29 @@ void Server::on_message(Peer& peer, const Header& h, std::span<const std::byte> 
       throw refuse(ErrorCode::kProtocol,
                    fmt::format("a server does not accept {}", to_string(h.type)));
   }
+}
+
+void Server::on_membership(Peer& peer, const Header& h, std::span<const std::byte> payload) {
+  // Refused with an ERROR the scheduler acts on; the members stay as they were.
+  std::vector<MemberRecord> members;
+  if (Status s = decode_members(payload, members); !s.ok())
+    return peer.send_error(h.request_id, s.code(), "membership change refused: " + s.message(),
+                           false);
+  remember_scheduler(peer);  // asked where slices are placed (PLACEMENT)
+  std::vector<std::uint32_t> ranks;
+  {
+    std::lock_guard lock(members_mu_);
+    credentials_.clear();
+    for (const auto& m : members) {
+      ranks.push_back(m.rank);
+      credentials_[m.rank] = m.credential;
+    }
+  }
+  set_members(ranks);
+  Header ack;
+  ack.type = MsgType::kMembershipAck;
+  ack.request_id = h.request_id;
+  return peer.send(ack);
 }
 
 void Server::on_init(Peer& peer, const Header& h, InFlight& in) {

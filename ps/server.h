@@ -47,9 +47,9 @@
 #include "device/cuda_device.h"
 #include "kernels/fused_sgd.h"
 #include "ps/consistency.h"
-#include "ps/session/endpoint.h"
 #include "ps/replica_link.h"
 #include "ps/server_slice.h"
+#include "ps/session/endpoint.h"
 #include "ps/update_stage.h"
 #include "psrt/key_update.h"
 
@@ -192,6 +192,8 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   void check_init_slice(const Header& h) const;
   void on_init(Peer& peer, const Header& h, InFlight& in);
   void on_set_optimizer(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  // MEMBERSHIP from the scheduler: the live workers and their credentials, acknowledged.
+  void on_membership(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_push(Peer& peer, const Header& h, InFlight& in);
   void on_pull(Peer& peer, const Header& h, Slice& s);
   // VERSION: replies at once with the slice's version (the updates applied to it), read under

@@ -31,7 +31,7 @@ std::string Server::state_refusal(const Slice& s, const Header& h) const {
         "read or write it on cpu servers (psrun --server-device cpu), or "
         "checkpoint the job (psrun --checkpoint-dir, docs/checkpoints.md)",
         to_string(h.type), h.key);
-  if (replica_ && h.type == MsgType::kSetOptimizerState)
+  if (link_ && h.type == MsgType::kSetOptimizerState)
     return fmt::format(
         "SET_OPTIMIZER_STATE of key {}: with --replicas 2 the backup would not "
         "hold the state loaded; resume such a job from its checkpoints (psrun "

@@ -17,9 +17,9 @@
 #include "device/ipc.h"
 #include "ps/device_staging.h"
 #include "ps/metric_hooks.h"
+#include "ps/send_window.h"
 #include "ps/session/endpoint.h"
 #include "ps/session/requests.h"
-#include "ps/send_window.h"
 #include "psrt/psrt.h"
 #include "transport/transport.h"
 

@@ -129,7 +129,7 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   X(kPullIpc, 31, "PULL_IPC", kF32Ipc, kIpcRecordBytes, kWorkerToServer)                           \
   /* no payload: the weights are in the worker's output; round = slice version */                  \
   X(kPullIpcReply, 32, "PULL_IPC_REPLY", kNone, 0, kServerToWorker)                                \
-  /* Server replicas (psrun --replicas 2, ps/replica_link.h). */                                  \
+  /* Server replicas (psrun --replicas 2, ps/replica_link.h). */                                   \
   /* primary → backup: a slice's state after version `round`; part() 0: weights, 1: momentum */  \
   X(kReplicate, 33, "REPLICATE", kF32Data, 0, kServerToServer)                                     \
   /* primary → backup: count ReplicaCounts; makes version `round` of the slice the backup's */   \
@@ -165,7 +165,7 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   /* them → PLACEMENT_REPLY: served_by() = the server serving that slice now (kAnyRank: the */   \
   /* shard map has no such slice), asking_server() = the asker's rank */                           \
   X(kPlacement, 70, "PLACEMENT", kNone, 0, kServerToScheduler)                                     \
-  X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)                           \
+  X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)                          \
   /* Optimizer state (Worker::optimizer_state, ps/server_state.cc), on cpu servers. */             \
   /* The coordinates of a slice, as a PULL's; part() 1 (SGD's momentum or Adam's exp_avg) or */    \
   /* 2 (Adam's exp_avg_sq) → OPTIMIZER_STATE_REPLY at once, read between two updates */          \
