@@ -261,6 +261,9 @@ void DistributedOptimizer::Impl::pump() {
 void DistributedOptimizer::Impl::issue_locked(int index) {
   Slot& s = slots_[index];
   s.queued = false;
+  // The job's last round is already in this slot's weights (version() counted them): no push,
+  // which with backup workers could start a round past the last one.
+  if (last_round_ > 0 && s.counted && s.version >= last_round_) return;
   try {
     if (s.lr != worker_lr_) {
       worker_.set_learning_rate(s.lr);
@@ -398,6 +401,11 @@ std::uint64_t DistributedOptimizer::Impl::version() {
   return lowest;
 }
 
+void DistributedOptimizer::Impl::set_last_round(std::uint64_t last) {
+  std::lock_guard lock(mu_);
+  last_round_ = last;
+}
+
 std::uint64_t DistributedOptimizer::Impl::catch_up(std::uint64_t target) {
   const std::uint64_t now = version();
   if (now >= target) return now;
@@ -460,6 +468,9 @@ std::uint64_t DistributedOptimizer::dropped() const {
 }
 std::uint64_t DistributedOptimizer::catch_up(std::uint64_t version) {
   return impl_->catch_up(version);
+}
+void DistributedOptimizer::set_last_round(std::uint64_t last) {
+  impl_->set_last_round(last);
 }
 
 }  // namespace psrt::torch

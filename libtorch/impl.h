@@ -30,6 +30,7 @@ class DistributedOptimizer::Impl {
   std::uint64_t version();
   std::uint64_t dropped() const { return dropped_; }
   std::uint64_t catch_up(std::uint64_t version);
+  void set_last_round(std::uint64_t last);
   const std::vector<std::string>& names() const { return names_; }
 
  private:
@@ -80,7 +81,8 @@ class DistributedOptimizer::Impl {
   std::unordered_map<const ::torch::nn::Module*, std::vector<int>> module_slots_;
   std::vector<int> all_slots_;
   std::int64_t steps_ = 0;
-  std::uint64_t dropped_ = 0;  // training thread only
+  std::uint64_t dropped_ = 0;     // training thread only
+  std::uint64_t last_round_ = 0;  // set_last_round(): under mu_
 
   std::mutex mu_;
   std::condition_variable cv_;  // pump: work queued or stop; waiters: a slot issued

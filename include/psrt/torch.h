@@ -130,6 +130,11 @@ class DistributedOptimizer {
   // for their pulls and returns version(). Call it, between steps, until it returns `version`;
   // the model then holds the weights of that version.
   std::uint64_t catch_up(std::uint64_t version);
+  // With backup workers, the job's last round (0: none, the default). A parameter whose weights
+  // already hold round `last` is not pushed again: a worker whose keys' versions differ (some of
+  // its pushes dropped as late, others applied) catches up on the keys behind without starting
+  // a round past the job's last on the others.
+  void set_last_round(std::uint64_t last);
 
   class Impl;
 

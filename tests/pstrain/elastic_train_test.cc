@@ -112,8 +112,12 @@ TEST(StragglerJob, TheStepLoopFollowsTheRoundsAndEveryPushIsAppliedOnceOrDropped
       dropped += s["dropped"].get<std::uint64_t>();
     }
     EXPECT_EQ(prev, static_cast<std::int64_t>(kRounds));
-    // Every push of every step (one per slice) was applied in exactly one round or dropped.
-    EXPECT_EQ(applied[static_cast<std::uint32_t>(rank)] + dropped, rounds.size() * steps.size());
+    // Every push of every step (one per slice) was applied in exactly one round or dropped,
+    // less the pushes of slices whose weights already held the last round (not pushed again,
+    // DistributedOptimizer::set_last_round): fewer only when some of the worker's keys were
+    // ahead of the others at the end, and never a round past the last (checked above: a slice
+    // with 31 versions failed this test about once in 1500 under ctest -j2 before that fix).
+    EXPECT_LE(applied[static_cast<std::uint32_t>(rank)] + dropped, rounds.size() * steps.size());
     if (rank == 2) {
       EXPECT_GT(dropped, 0u) << "the straggler was waited for";
       EXPECT_LT(steps.size(), kRounds) << "the straggler replayed rounds the job ran without it";

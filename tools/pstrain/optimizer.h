@@ -50,6 +50,8 @@ class TrainOptimizer {
   virtual bool joined() const { return false; }
   // A joiner's round without samples (psrt::torch::DistributedOptimizer::catch_up).
   virtual std::uint64_t catch_up(std::uint64_t version) { return version; }
+  // Backup workers: the job's last round (psrt::torch::DistributedOptimizer::set_last_round).
+  virtual void set_last_round(std::uint64_t /*last*/) {}
   // The job's worker (null for --no-ps): for the epoch plan (pstrain/epoch_plan.h).
   virtual Worker* worker() { return nullptr; }
 };

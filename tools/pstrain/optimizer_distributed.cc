@@ -77,6 +77,9 @@ class DistributedSgd final : public TrainOptimizer {
   std::uint64_t dropped() const override { return dist_ ? dist_->dropped() : 0; }
   bool joined() const override { return worker_.joined(); }
   std::uint64_t catch_up(std::uint64_t version) override { return dist_->catch_up(version); }
+  void set_last_round(std::uint64_t last) override {
+    if (dist_) dist_->set_last_round(last);
+  }
   Worker* worker() override { return &worker_; }
 
  private:

@@ -357,6 +357,9 @@ void TrainRun::run() {
   } else {
     enter_first_epoch();
   }
+  // The step loop stops when this worker's lowest key version reaches the last round; a key
+  // already there is not pushed again (a round past the last one would otherwise run on it).
+  if (by_round_) opt_->set_last_round(static_cast<std::uint64_t>(sched_.total - round_base_));
   while (step_ < sched_.total) {
     next_epoch();
     if (step_ >= sched_.total) break;
