@@ -35,7 +35,7 @@ inline void write_file(const std::string& path, const std::vector<char>& bytes) 
 // <tmp>/<prefix><pid>_<test name>, removed first; the fixture removes it in TearDown.
 inline std::string test_dir(const std::string& prefix) {
   namespace fs = std::filesystem;
-  const std::string dir =
+  std::string dir =
       (fs::temp_directory_path() / (prefix + std::to_string(::getpid()) + "_" +
                                     testing::UnitTest::GetInstance()->current_test_info()->name()))
           .string();
