@@ -607,7 +607,10 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
                             "connects to servers only as the rank it registered as)",
                             to_string(peer.role_), peer.rank_, to_string(peer.role_)));
   }
-  if (peer.rank_ != kAnyRank) {
+  if (peer.rank_ == kAnyRank) {
+    if (std::string why = unranked_over_cap(peer); !why.empty())
+      return fail(ErrorCode::kInvalidArgument, std::move(why));
+  } else {
     std::size_t same = 0;
     {
       std::lock_guard lock(mu_);
@@ -630,6 +633,35 @@ void Endpoint::on_auth(Peer& peer, const Header& h, std::span<const std::byte> p
   w.type = MsgType::kWelcome;
   peer.send_bytes(w, {proof.begin(), proof.end()});
   return handler_->on_peer_ready(peer);
+}
+
+std::string Endpoint::unranked_over_cap(const Peer& peer) {
+  std::size_t total = 0;
+  std::size_t from_host = 0;
+  std::string host;
+  {
+    std::lock_guard lock(mu_);
+    host = peer.host_;
+    for (const auto& [id, p] : peers_) {
+      if (p.get() == &peer || p->state_ != Peer::State::kReady || !p->accepted_ ||
+          p->rank_ != kAnyRank)
+        continue;
+      ++total;
+      if (p->host_ == host) ++from_host;
+    }
+  }
+  if (from_host >= admission_.max_unranked_per_host)
+    return fmt::format(
+        "host {} already holds {} authenticated connections with no rank yet "
+        "here, the most one host may (Admission::max_unranked_per_host): "
+        "register before opening more",
+        host, from_host);
+  if (total >= admission_.max_unranked)
+    return fmt::format(
+        "{} authenticated connections with no rank yet are open here, the most "
+        "allowed (Admission::max_unranked): register before opening more",
+        total);
+  return {};
 }
 
 void Endpoint::on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload) {

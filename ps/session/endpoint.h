@@ -67,6 +67,12 @@ struct Admission {
   // more while a closed one lingers): a holder of the secret and a rank's credential cannot pin
   // memory by opening many, each with a half-sent message.
   std::size_t max_per_rank = 4;
+  // Authenticated accepted connections with no rank yet (a worker before its REGISTER is
+  // answered), in total and per remote host: a holder of the secret cannot pin memory with many
+  // such connections, each with a half-sent REGISTER. A job registers its workers at once up to
+  // these; the next connection is refused naming the limit.
+  std::size_t max_unranked = 1024;
+  std::size_t max_unranked_per_host = 128;
   // A message whose header arrived must arrive whole within this (issue 30): a peer that leaves a
   // message half-sent (a 1 MiB REGISTER, a 4 MiB PUSH, each pinning its payload's memory) has its
   // connection closed then, and what was placed for the message is released.
@@ -223,6 +229,9 @@ class Endpoint final : public transport::Receiver {
   // CHALLENGE then WELCOME.
   void on_hello(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_auth(Peer& peer, const Header& h, std::span<const std::byte> payload);
+  // Why `peer`, authenticated with no rank, would exceed Admission::max_unranked(_per_host); empty
+  // when it does not.
+  std::string unranked_over_cap(const Peer& peer);
   void on_challenge(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_welcome(Peer& peer, const Header& h, std::span<const std::byte> payload);
   void reject(Peer& peer, std::uint64_t request_id, const Status& why);

@@ -229,7 +229,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, SecureMode, ::testing::ValuesIn(available_bac
 
 // ---- a man in the middle on a tcp connection ------------------------------------------------
 
-enum class Tamper { kFlipHeader, kFlipPayload, kReplay, kDrop, kCapture, kSplice };
+// kInject*: the relay sends a forged copy of the frame (a header or a payload byte flipped: what
+// an attacker who sniffed the route can send without the key) ahead of the real one.
+enum class Tamper {
+  kFlipHeader,
+  kFlipPayload,
+  kReplay,
+  kDrop,
+  kCapture,
+  kSplice,
+  kInjectForgedHeader,
+  kInjectForgedPayload
+};
 
 // A frame one relay captured (kCapture) for another to send instead of its own (kSplice).
 struct CapturedFrame {
@@ -274,6 +285,14 @@ class Relay {
         if (tamper_ == Tamper::kFlipPayload)
           frame[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
         if (tamper_ == Tamper::kDrop) continue;
+        if (tamper_ == Tamper::kInjectForgedHeader || tamper_ == Tamper::kInjectForgedPayload) {
+          std::vector<std::byte> forged = frame;
+          if (tamper_ == Tamper::kInjectForgedHeader)
+            forged[kPrefix + header_len - 17] ^= std::byte{1};
+          if (tamper_ == Tamper::kInjectForgedPayload)
+            forged[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
+          send_all(to, forged.data(), forged.size());
+        }
         if (tamper_ == Tamper::kReplay) send_all(to, frame.data(), frame.size());
         if (tamper_ == Tamper::kCapture) {
           std::lock_guard lock(captured_->mutex);
@@ -357,12 +376,14 @@ struct Outcome {
   std::vector<ReceivedMessage> delivered;
   std::vector<ClosedConnection> closed;
   std::vector<std::vector<std::byte>> slots;  // where each message's payload was placed
+  int placed = 0;                             // how many times the receiver was asked to place
   bool client_closed = false;
 };
 
 // Sends kSent messages with payloads through a relay that applies `tamper` to message
-// kTampered, and returns what the server's receiver saw.
-Outcome run_through_relay(bool secure, Tamper tamper) {
+// kTampered, and returns what the server's receiver saw. `closes`: the secure mode is expected
+// to close the connection (else every message must arrive and the connection stay open).
+Outcome run_through_relay(bool secure, Tamper tamper, bool closes = true) {
   Options o = secure ? secure_options("the-real-job-secret-0001") : Options{};
   auto server_rx = std::make_shared<RecordingReceiver>();
   Outcome out;
@@ -384,7 +405,12 @@ Outcome run_through_relay(bool secure, Tamper tamper) {
     ConstBuffer b{payloads[i].data(), payloads[i].size()};
     conn->send(bytes_of(header_of(i)), {&b, 1}, [](const Status&) {});
   }
-  if (secure) {
+  if (secure && !closes) {
+    EXPECT_TRUE(server_rx->wait_messages(kSent, 10s)) << "every real message arrives";
+    std::this_thread::sleep_for(100ms);
+    EXPECT_TRUE(server_rx->closed().empty()) << server_rx->closed()[0].why.message();
+    EXPECT_TRUE(conn->is_open()) << "the real connection goes on";
+  } else if (secure) {
     EXPECT_TRUE(server_rx->wait_closed(1, 10s)) << "the receiving side must close";
     out.client_closed = client_rx->wait_closed(1, 10s);
   } else {
@@ -392,6 +418,7 @@ Outcome run_through_relay(bool secure, Tamper tamper) {
   }
   out.delivered = server_rx->messages();
   out.closed = server_rx->closed();
+  out.placed = next_slot;
   client->shutdown();
   server->shutdown();
   // Every message delivered is the one that was sent, in order.
@@ -410,10 +437,12 @@ void expect_authentication_close(const Outcome& out, const std::string& cause) {
   EXPECT_TRUE(out.client_closed) << "the sender learns that its connection is gone";
 }
 
-TEST(SecureMitm, FlippedHeaderByteClosesBeforeAnyPlacement) {
+// A relay that alters a message in place also removes the real one: the forgery is dropped and
+// the loss closes the connection at the next message.
+TEST(SecureMitm, FlippedHeaderByteIsDroppedBeforeAnyPlacement) {
   auto out = run_through_relay(true, Tamper::kFlipHeader);
   EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered));
-  expect_authentication_close(out, "failed authentication");
+  expect_authentication_close(out, "2 was due");
   // The header is checked before the receiver is asked where the payload goes.
   EXPECT_TRUE(std::all_of(out.slots[kTampered].begin(), out.slots[kTampered].end(),
                           [](std::byte b) { return b == std::byte{0}; }));
@@ -422,16 +451,32 @@ TEST(SecureMitm, FlippedHeaderByteClosesBeforeAnyPlacement) {
 TEST(SecureMitm, FlippedPayloadByteIsNeverDeliveredAndScrubbed) {
   auto out = run_through_relay(true, Tamper::kFlipPayload);
   EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered));
-  expect_authentication_close(out, "payload of message 2");
+  expect_authentication_close(out, "2 was due");
   // The unauthenticated bytes do not stay where the receiver placed them.
   EXPECT_TRUE(std::all_of(out.slots[kTampered].begin(), out.slots[kTampered].end(),
                           [](std::byte b) { return b == std::byte{0}; }));
 }
 
-TEST(SecureMitm, ReplayedFrameIsRefused) {
-  auto out = run_through_relay(true, Tamper::kReplay);
-  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered + 1));
-  expect_authentication_close(out, "out of sequence");
+TEST(SecureMitm, ReplayedFrameIsDroppedAndNeverDeliveredTwice) {
+  auto out = run_through_relay(true, Tamper::kReplay, /*closes=*/false);
+  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kSent));
+  EXPECT_EQ(out.placed, kSent) << "the replay is never handed to the receiver";
+}
+
+// Issue 30: a forged message carrying the connection's route (an attacker without the key)
+// used to close the real connection. It is dropped; every real message arrives, exactly.
+TEST(SecureMitm, AnInjectedForgedHeaderIsDroppedAndTheConnectionGoesOn) {
+  auto out = run_through_relay(true, Tamper::kInjectForgedHeader, /*closes=*/false);
+  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kSent));
+  EXPECT_EQ(out.placed, kSent) << "the forgery is never handed to the receiver";
+}
+
+// A forged payload behind a copy of the real sealed header is dropped without consuming the
+// sequence number: the real message that follows is delivered, into the same placement.
+TEST(SecureMitm, AnInjectedForgedPayloadDoesNotDesynchroniseTheReceiver) {
+  auto out = run_through_relay(true, Tamper::kInjectForgedPayload, /*closes=*/false);
+  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kSent));
+  EXPECT_EQ(out.placed, kSent) << "the real message reuses the forgery's placement";
 }
 
 TEST(SecureMitm, DroppedFrameIsNoticedAtTheNextMessage) {
@@ -507,7 +552,8 @@ TEST(SecureMitm, FrameFromAnotherConnectionIsRefused) {
   auto closed = server_rx->closed();
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].why.code(), ErrorCode::kAuthentication) << closed[0].why.message();
-  EXPECT_NE(closed[0].why.message().find("failed authentication"), std::string::npos)
+  // B's spliced frame fails authentication and is dropped; B's next frame finds it missing.
+  EXPECT_NE(closed[0].why.message().find("2 was due"), std::string::npos)
       << closed[0].why.message();
   int from_a = 0, from_b = 0;
   for (const auto& m : server_rx->messages()) {

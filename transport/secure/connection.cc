@@ -138,43 +138,82 @@ std::string SecureConnection::open_header_on_loop(std::span<const std::byte> sea
   return {};
 }
 
+Error SecureConnection::refuse_on_loop(ErrorCode code, const std::string& why) {
+  dead_ = true;  // the backend logs the reason and closes the connection
+  {
+    std::lock_guard lock(state_mutex_);
+    if (failure_.ok()) failure_ = Status(code, why);
+  }
+  return Error(code, why);
+}
+
+void SecureConnection::note_dropped(const std::string& why) {
+  ++dropped_;
+  PSRT_LOG_WARN_LIMITED(
+      "secure: dropped a message on connection {} from {}: {} ({} dropped on this connection; "
+      "it goes on)",
+      id(), peer(), why, dropped_);
+}
+
+Placement SecureConnection::discard_on_loop(const std::string& why, std::size_t payload_size) {
+  Placed p;
+  p.discard = true;
+  if (payload_size > 0) {
+    if (discards_in_flight_ >= kMaxDiscardsInFlight) {
+      throw refuse_on_loop(ErrorCode::kAuthentication,
+                           "peer " + peer() + " sent " + why + ", while " +
+                               std::to_string(kMaxDiscardsInFlight) +
+                               " dropped payloads were still landing on this connection");
+    }
+    p.sink = ctx_->acquire(payload_size);
+    p.placement.dest = MutableBuffer{p.sink.data.get(), payload_size};
+    ++discards_in_flight_;
+  }
+  note_dropped(why);
+  Placement placement = p.placement;
+  placed_.push_back(std::move(p));
+  return placement;
+}
+
+namespace {
+
+std::string replay_reason(std::uint64_t seq, std::uint64_t expected) {
+  return "message " + std::to_string(seq) + " out of sequence (at least " +
+         std::to_string(expected) + " expected): replayed";
+}
+
+}  // namespace
+
 Placement SecureConnection::place_on_loop(std::span<const std::byte> header,
                                           std::size_t payload_size) {
   if (dead_) throw Error(ErrorCode::kConnectionClosed, "connection is closing");
-  auto refuse_message = [&](ErrorCode code, const std::string& why) {
-    dead_ = true;  // the backend logs the reason and closes the connection
-    {
-      std::lock_guard lock(state_mutex_);
-      if (failure_.ok()) failure_ = Status(code, why);
-    }
-    return Error(code, why);
-  };
   if (!announced_) {
-    throw refuse_message(ErrorCode::kProtocol,
+    throw refuse_on_loop(ErrorCode::kProtocol,
                          "peer " + peer() +
                              " sent a payload during the secure handshake: both "
                              "ends must run in secure mode (psrun --secure)");
   }
   Placed p;
   std::string why = open_header_on_loop(header, payload_size, p);
-  if (!why.empty()) {
-    throw refuse_message(ErrorCode::kAuthentication, "peer " + peer() + " sent " + why);
+  const bool for_orphan = why.empty() && orphan_ && orphan_->seq == p.seq;
+  if (why.empty() && p.seq < min_place_seq_ && !for_orphan)
+    why = replay_reason(p.seq, min_place_seq_);
+  if (!why.empty()) return discard_on_loop(why, payload_size);
+  if (for_orphan) {
+    // The same sequence number under this connection's key: the same header and payload length.
+    p.placement = orphan_->placement;
+    orphan_.reset();
+  } else {
+    p.placement = ctx_->upper().place(*this, {p.header.data(), p.header_len}, payload_size);
+    if (p.placement.dest.memory != MemoryType::kHost) {
+      throw Error(ErrorCode::kUnsupported,
+                  "receiver placed the payload in CUDA memory; the secure mode opens payloads in "
+                  "host memory");
+    }
   }
-  if (p.seq < min_place_seq_) {
-    throw refuse_message(ErrorCode::kAuthentication,
-                         "peer " + peer() + " sent message " + std::to_string(p.seq) +
-                             " out of sequence (at least " + std::to_string(min_place_seq_) +
-                             " expected): replayed or reordered");
-  }
-  Placement placement = ctx_->upper().place(*this, {p.header.data(), p.header_len}, payload_size);
-  if (placement.dest.memory != MemoryType::kHost) {
-    throw Error(ErrorCode::kUnsupported,
-                "receiver placed the payload in CUDA memory; the secure mode opens payloads in "
-                "host memory");
-  }
-  p.placement = placement;
-  min_place_seq_ = p.seq + 1;
-  placed_.push_back(p);
+  min_place_seq_ = std::max(min_place_seq_, p.seq + 1);
+  Placement placement = p.placement;
+  placed_.push_back(std::move(p));
   return placement;
 }
 
@@ -187,8 +226,13 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
     if (placed_.empty() || placed_.front().placement.dest.data != placement.dest.data) {
       return fail_on_loop(ErrorCode::kInternal, "a payload arrived that was never placed");
     }
-    Placed p = placed_.front();
+    Placed p = std::move(placed_.front());
     placed_.pop_front();
+    if (p.discard) {
+      --discards_in_flight_;
+      ctx_->release(std::move(p.sink));
+      return;
+    }
     auto* data = static_cast<std::byte*>(placement.dest.data);
     const std::size_t size = placement.dest.size;
     if (p.seq != recv_next_) {
@@ -203,10 +247,14 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
     if (!open_->open_tag(p.tag)) {
       // Nothing of an unauthenticated payload stays where the receiver would look.
       std::memset(data, 0, size);
-      return fail_on_loop(ErrorCode::kAuthentication,
-                          "the payload of message " + std::to_string(p.seq) + " from " + peer() +
+      const std::string why = "the payload of message " + std::to_string(p.seq) +
                               " failed authentication (altered on the way, or not sealed with "
-                              "this connection's key)");
+                              "this connection's key)";
+      if (orphan_) return fail_on_loop(ErrorCode::kAuthentication, why + " from " + peer());
+      // A forged payload behind a copy of the real header: the real message may follow.
+      note_dropped(why);
+      orphan_ = std::move(p);
+      return;
     }
     ++recv_next_;
     min_place_seq_ = std::max(min_place_seq_, recv_next_);
@@ -214,13 +262,13 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
   }
   Placed p;
   std::string why = open_header_on_loop(header, 0, p);
-  if (!why.empty())
-    return fail_on_loop(ErrorCode::kAuthentication, "peer " + peer() + " sent " + why);
+  if (why.empty() && p.seq < recv_next_) why = replay_reason(p.seq, recv_next_);
+  if (!why.empty()) return note_dropped(why);
   if (p.seq != recv_next_) {
     return fail_on_loop(ErrorCode::kAuthentication,
                         "peer " + peer() + " sent message " + std::to_string(p.seq) + " where " +
                             std::to_string(recv_next_) +
-                            " was due: a message was dropped, replayed or reordered");
+                            " was due: a message was dropped or reordered");
   }
   ++recv_next_;
   min_place_seq_ = std::max(min_place_seq_, recv_next_);
@@ -307,6 +355,8 @@ void SecureConnection::on_closed_on_loop(const Status& why) {
   }
   state_cv_.notify_all();
   placed_.clear();
+  discards_in_flight_ = 0;
+  orphan_.reset();
   if (announced_) {
     auto self = shared_from_this();
     ctx_->upper().on_closed(*this, reported);

@@ -8,15 +8,15 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "transport/secure/context.h"
 #include "transport/secure/crypto.h"
 #include "transport/secure/handshake.h"
 #include "transport/transport.h"
 
 namespace psrt::transport::secure {
-
-class SecureContext;
 
 class SecureConnection final : public Connection,
                                public std::enable_shared_from_this<SecureConnection> {
@@ -52,7 +52,11 @@ class SecureConnection final : public Connection,
     std::size_t header_len = 0;
     Tag tag{};
     Placement placement;
+    bool discard = false;  // dropped: the payload lands in `sink` and is never delivered
+    CipherBuffer sink;
   };
+  // Payloads of dropped messages landing at once on one connection; one more closes it.
+  static constexpr int kMaxDiscardsInFlight = 4;
 
   void handshake_on_loop(std::span<const std::byte> header);
   void send_handshake(HandshakeType type, std::span<const std::byte, 32> body);
@@ -61,6 +65,13 @@ class SecureConnection final : public Connection,
                                   Placed& out);
   // Records `why` as the reason the caller's receiver will be given and closes the connection.
   void fail_on_loop(ErrorCode code, const std::string& why);
+  // Same, for place(): returns the error to throw (the backend closes the connection).
+  Error refuse_on_loop(ErrorCode code, const std::string& why);
+  // A message that failed authentication or was already delivered (a forgery carrying this
+  // connection's route, a replay): counted, logged at a bounded rate, never delivered, and the
+  // connection goes on. Its payload, if any, lands in a buffer of this layer.
+  Placement discard_on_loop(const std::string& why, std::size_t payload_size);
+  void note_dropped(const std::string& why);
   void refuse(SendDone done, Status status);
 
   std::shared_ptr<SecureContext> ctx_;
@@ -81,6 +92,11 @@ class SecureConnection final : public Connection,
   std::uint64_t recv_next_ = 0;      // sequence number of the next message to deliver
   std::uint64_t min_place_seq_ = 0;  // placements come in order, after every delivered one
   std::deque<Placed> placed_;        // placed, payload still landing
+  int discards_in_flight_ = 0;       // entries of placed_ with `discard`
+  std::uint64_t dropped_ = 0;        // messages dropped on this connection
+  // The message due next, whose payload failed authentication (a forged copy of its sealed
+  // header): the receiver's placement is kept for the real one, which carries the same header.
+  std::optional<Placed> orphan_;
 
   std::mutex send_mutex_;
   std::unique_ptr<Aead> seal_;  // guarded by send_mutex_
