@@ -133,9 +133,13 @@ class SecretHolder : public ::testing::TestWithParam<std::string> {};
 // 1 and 2 check every round exactly. Before credentials the server took the push as rank 1's.
 TEST_P(SecretHolder, CannotActAsAnotherRankOrRole) {
   const auto log = scratch("holder.txt");
-  const std::string cmd = std::string(PSRUN_PATH) + " --transport " + GetParam() +
-                          " -n 3 --aggregate sum --lr 1 -- " + PS_WORKER_PATH +
-                          " attack --rounds 5 > " + log.string() + " 2>&1";
+  // Rank 0 is a raw peer (tests/integration/attacker.cc) that sends no heartbeats: with the
+  // default 10 s, a loaded machine that slows its attacks past 10 s had the scheduler stop the
+  // job as "worker 0 lost" (seen once under ctest -j2 beside a sanitizer run). 120 s keeps it
+  // a member for the whole attack; the job's own bound is the 60 s wait below.
+  const std::string cmd = "PSRT_PEER_TIMEOUT_MS=120000 " + std::string(PSRUN_PATH) +
+                          " --transport " + GetParam() + " -n 3 --aggregate sum --lr 1 -- " +
+                          PS_WORKER_PATH + " attack --rounds 5 > " + log.string() + " 2>&1";
   Background job(cmd);
   const int rc = job.wait(std::chrono::seconds(60));
   const std::string out = slurp(log);
