@@ -11,14 +11,6 @@
 namespace psrt::ps {
 namespace {
 
-constexpr MetricInfo kInfo[] = {
-#define PSRT_METRIC_INFO(e, name, kind, buckets, per_worker, help) \
-  {name, MetricKind::kind, buckets, per_worker, help},
-    PSRT_METRICS(PSRT_METRIC_INFO)
-#undef PSRT_METRIC_INFO
-};
-static_assert(std::size(kInfo) == kMetricCount);
-
 std::atomic<bool> g_on{false};
 
 std::size_t index_of(Metric m) {
@@ -31,10 +23,6 @@ int worker_slot(Metric m) {
 }
 
 }  // namespace
-
-const MetricInfo& info(Metric m) noexcept {
-  return kInfo[index_of(m)];
-}
 
 bool metrics_on() noexcept {
   return g_on.load(std::memory_order_relaxed);

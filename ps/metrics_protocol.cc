@@ -1,7 +1,10 @@
-// METRICS records on the wire (ps/metrics.h): encode and the checked decode.
+// The metrics' table (ps/metrics.h) and METRICS records on the wire: encode and the checked
+// decode, apart from the process's counters so that the protocol fuzzer links them alone.
 #include <fmt/core.h>
 
+#include <bit>
 #include <cmath>
+#include <iterator>
 
 #include "ps/metrics.h"
 #include "transport/wire.h"
@@ -9,6 +12,22 @@
 namespace psrt::ps {
 using wire::load;
 using wire::store;
+
+namespace {
+
+constexpr MetricInfo kInfo[] = {
+#define PSRT_METRIC_INFO(e, name, kind, buckets, per_worker, help) \
+  {name, MetricKind::kind, buckets, per_worker, help},
+    PSRT_METRICS(PSRT_METRIC_INFO)
+#undef PSRT_METRIC_INFO
+};
+static_assert(std::size(kInfo) == kMetricCount);
+
+}  // namespace
+
+const MetricInfo& info(Metric m) noexcept {
+  return kInfo[static_cast<std::size_t>(m)];
+}
 
 std::vector<std::byte> encode_metrics(std::span<const MetricRecord> records) {
   std::vector<std::byte> out(records.size() * kMetricRecordBytes);
