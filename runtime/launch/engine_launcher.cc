@@ -92,8 +92,11 @@ ProcessSpec mpirun_spec(const JobSpec& job, const EngineLaunchOptions& o) {
   p.argv = {o.program.empty() ? "mpirun" : o.program};
   if (::geteuid() == 0) p.argv.emplace_back("--allow-run-as-root");
   // More ranks than cores is normal here (servers mostly wait); no binding to single cores.
-  p.argv.insert(p.argv.end(), {"--oversubscribe", "--bind-to", "none", "-np",
-                               std::to_string(l.servers + l.workers)});
+  // rtc_hwloc_vmhole none: the daemons do not write the hwloc topology into shared memory,
+  // which only MPI processes read (psrt's ranks are not); OpenMPI 4.1.4's orted crashed there
+  // now and then (SIGSEGV in hwloc_shmem_topology_write), failing the job before it started.
+  p.argv.insert(p.argv.end(), {"--oversubscribe", "--bind-to", "none", "--mca", "rtc_hwloc_vmhole",
+                               "none", "-np", std::to_string(l.servers + l.workers)});
   p.argv.insert(p.argv.end(), o.host_args.begin(), o.host_args.end());
   p.argv.insert(p.argv.end(), o.extra_args.begin(), o.extra_args.end());
   for (const auto& kv : l.env)

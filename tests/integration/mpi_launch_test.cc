@@ -105,7 +105,8 @@ TEST_F(MpiLaunch, DryRunPrintsTheCommandStartsNothingAndHidesTheSecret) {
   EXPECT_EQ(r.count(secret), 0) << r.out;
   EXPECT_EQ(r.count("PSRT_SECRET=<secret>"), 1) << r.out;
   EXPECT_EQ(r.count(std::string(::geteuid() == 0 ? "mpirun --allow-run-as-root " : "mpirun ") +
-                    "--oversubscribe --bind-to none -np 5 -H a:2,b:3 -x PSRT_SCHEDULER"),
+                    "--oversubscribe --bind-to none --mca rtc_hwloc_vmhole none -np 5 -H a:2,b:3 "
+                    "-x PSRT_SCHEDULER"),
             1)
       << r.out;
   EXPECT_EQ(r.count(" -x PSRT_SECRET -x "), 1) << r.out;
@@ -122,7 +123,8 @@ TEST_F(MpiLaunch, MpirunAloneStartsAJobWhoseRankZeroHostsTheScheduler) {
       "PSRT_SECRET=mpirun-alone-secret-0123456789abcdef0123 PSRT_LR=1 PSRT_NUM_SERVERS=2 "
       "PSRT_TRANSPORT=tcp MASTER_PORT=" +
           port + " exec mpirun " + std::string(::geteuid() == 0 ? "--allow-run-as-root " : "") +
-          "--oversubscribe --bind-to none -np 5 -x PSRT_SECRET -x PSRT_LR -x PSRT_NUM_SERVERS "
+          "--oversubscribe --bind-to none --mca rtc_hwloc_vmhole none -np 5 -x PSRT_SECRET -x "
+          "PSRT_LR -x PSRT_NUM_SERVERS "
           "-x PSRT_TRANSPORT -x MASTER_PORT " PSRUN_PATH " --role-from-env -- " PS_WORKER_PATH
           " exact --rounds 3 --sizes 1,7,1000",
       log);
