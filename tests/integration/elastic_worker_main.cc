@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "psrt/psrt.h"
+#include "tests/integration/worker_fail.h"
 
 namespace {
 
@@ -39,11 +40,7 @@ struct Args {
   bool mean = false;
 };
 
-[[noreturn]] void fail(const std::string& msg) {
-  std::fprintf(stderr, "FAIL %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::_Exit(1);
-}
+using psrt::test::fail;
 
 Args parse(int argc, char** argv) {
   Args a;

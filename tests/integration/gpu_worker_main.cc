@@ -16,6 +16,7 @@
 
 #include "psrt/config.h"
 #include "psrt/psrt.h"
+#include "tests/integration/worker_fail.h"
 
 #if PSRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -23,11 +24,7 @@
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) {
-  std::fprintf(stderr, "FAIL %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::_Exit(1);
-}
+using psrt::test::fail;
 
 #if PSRT_HAVE_CUDA
 void check(cudaError_t err, const char* what) {

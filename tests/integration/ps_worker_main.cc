@@ -85,8 +85,11 @@
 #include "runtime/server_process.h"
 #include "tests/integration/attacker.h"
 #include "tests/integration/invariant_attacks.h"
+#include "tests/integration/worker_fail.h"
 
 namespace {
+
+using psrt::test::fail;
 
 struct Args {
   std::string scenario;
@@ -103,8 +106,6 @@ struct Args {
   bool push_then_pull = false;  // exact: PUSH, then PULL, instead of PUSH_PULL
   std::string attack_case;      // invariants: which one
 };
-
-[[noreturn]] void fail(const std::string& msg);
 
 // Aggregate-only keys (psrt/key_update.h): rank r pushes 3 * (r + 1) * (1 + i % 4) + t in round t,
 // so the sum and the mean over 3 workers are integers, exact in fp32.
@@ -139,12 +140,6 @@ void aggregate(psrt::Worker& w, const Args& a) {
       }
     }
   }
-}
-
-[[noreturn]] void fail(const std::string& msg) {
-  std::fprintf(stderr, "FAIL %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::_Exit(1);
 }
 
 Args parse(int argc, char** argv) {
