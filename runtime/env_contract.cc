@@ -109,7 +109,7 @@ const std::vector<EnvVar>& env_contract() {
        "set by psrun --timeline: 1 = record every send, reply, wait, receive, update and pull "
        "reply per key and slice, sent to the scheduler at the end"},
       {"PSRT_OP_TIMEOUT_MS", "300000", "worker", "bound on every worker operation"},
-      {"PSRT_SEND_WINDOW", "0", "worker",
+      {"PSRT_SEND_WINDOW", "auto", "worker",
        "gradient bytes a worker keeps in flight to one server (sent, not yet acknowledged as "
        "received); further slices wait, the first-used keys (the first layers) first; 0 = no "
        "bound; auto = 262144 over tcp, no bound over ucx (docs/performance.md)"},

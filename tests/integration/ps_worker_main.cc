@@ -723,14 +723,22 @@ void schedule(psrt::Worker& w, const Args& a) {
 }
 
 // Sum, lr 1, every gradient 1, a fixed set of N workers: after round t every weight is -t * N.
-// Runs until the stop file appears; the first round prints HOLDING.
+// Runs until the stop file appears; the first round prints HOLDING. The workers stop at the same
+// round: key 1 sums who has seen the stop file, so all of them read the same vote after a round.
+// (Each stopping on its own sight of the file let one worker run a round more than the others,
+// a round the servers rightly applied without the workers that had left.)
 void hold(psrt::Worker& w, const Args& a) {
   const std::size_t size = 4099;
   std::vector<float> v(size, 0.f), g(size, 1.f), out(size);
+  std::vector<float> vote{0.f}, seen{0.f}, votes{0.f};
   w.init(0, v);
+  w.init(1, vote);
   const int n = w.num_workers();
   for (int t = 1; t <= 100'000; ++t) {
-    w.push_pull(0, g, out).wait();
+    seen[0] = std::filesystem::exists(a.stop_file) ? 1.f : 0.f;
+    auto weights = w.push_pull(0, g, out);
+    w.push_pull(1, seen, votes).wait();
+    weights.wait();
     for (std::size_t i = 0; i < size; ++i)
       if (out[i] != static_cast<float>(-t * n))
         fail("round " + std::to_string(t) + ": weight " + std::to_string(out[i]) + " at " +
@@ -739,7 +747,7 @@ void hold(psrt::Worker& w, const Args& a) {
       std::printf("HOLDING rank %d\n", w.rank());
       std::fflush(stdout);
     }
-    if (std::filesystem::exists(a.stop_file)) break;
+    if (votes[0] != 0.f) break;  // someone saw the stop file this round: every worker stops here
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
