@@ -9,6 +9,7 @@
 #include "ps/checkpoint.h"
 #include "ps/manifest_writer.h"
 #include "ps/session/auth.h"
+#include "transport/byte_streams.h"
 #include "transport/factory.h"
 
 namespace psrt::ps {
@@ -19,8 +20,9 @@ using Lock = std::unique_lock<std::mutex>;
 
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)),
-      shards_(config_.num_servers, ps::job_cut(config_.partition_bytes, config_.balanced_cut,
-                                               config_.num_servers, config_.transport)) {
+      shards_(config_.num_servers,
+              ps::job_cut(config_.partition_bytes, config_.balanced_cut, config_.num_servers,
+                          transport::moves_as_byte_streams(config_.transport))) {
   if (config_.num_workers == 0)
     throw Error(ErrorCode::kInvalidArgument, "a job needs at least 1 worker");
   if (config_.replicas < 1 || config_.replicas > 2 ||

@@ -7,9 +7,9 @@
 
 namespace psrt::ps {
 
-std::size_t send_window_for(std::int64_t configured, std::string_view transport) {
+std::size_t send_window_for(std::int64_t configured, bool byte_streams) {
   if (configured >= 0) return static_cast<std::size_t>(configured);
-  return transport == "ucx" ? 0 : kTcpSendWindow;
+  return byte_streams ? kTcpSendWindow : 0;
 }
 
 void SendWindow::submit(std::uint64_t priority, std::size_t bytes, Start start) {

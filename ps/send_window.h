@@ -22,10 +22,11 @@ namespace psrt::ps {
 
 // PSRT_SEND_WINDOW's default over tcp: one 256 KiB slice of the balanced cut per server.
 inline constexpr std::size_t kTcpSendWindow = std::size_t{256} << 10;
-// The window of a worker: `configured` bytes (0 = none), or by transport when negative
-// (kTcpSendWindow over tcp; none over ucx, whose slices stay large and whose links are rarely
-// shaped: a window there only serialises them).
-std::size_t send_window_for(std::int64_t configured, std::string_view transport);
+// The window of a worker: `configured` bytes (0 = none), or by transport when negative:
+// kTcpSendWindow where messages travel as TCP byte streams (`byte_streams`, from
+// transport/byte_streams.h: tcp, or ucx with UCX_TLS=tcp), none over UCX's RDMA and shared
+// memory, whose slices stay large: a window there only serialises them.
+std::size_t send_window_for(std::int64_t configured, bool byte_streams);
 
 class SendWindow {
  public:

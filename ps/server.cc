@@ -11,6 +11,7 @@
 #include "ps/metric_hooks.h"
 #include "ps/server_device.h"
 #include "ps/shard_map.h"
+#include "transport/byte_streams.h"
 
 namespace psrt::ps {
 namespace {
@@ -168,7 +169,7 @@ void Server::check_init_slice(const Header& h) const {
   // A resumed slice is checked against its checkpoint file instead (its cut may be older).
   if (config_.partition_bytes == 0 || config_.resume_round > 0) return;
   const Cut cut = job_cut(config_.partition_bytes, config_.balanced_cut, config_.num_servers,
-                          config_.transport);
+                          transport::moves_as_byte_streams(config_.transport));
   const auto want = slice_bounds(h.total, cut, h.slice());
   if ((!want || want->offset != h.offset || want->count != h.count) &&
       in_manifest(config_.checkpoint_dir, config_.num_servers, h))

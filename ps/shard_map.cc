@@ -26,10 +26,10 @@ std::uint64_t Cut::small_key_bytes() const {
 }
 
 Cut job_cut(std::size_t partition_bytes, bool balanced, std::uint32_t num_servers,
-            std::string_view transport) {
+            bool byte_streams) {
   if (!balanced) return Cut{partition_bytes, 0};
   Cut cut{partition_bytes, num_servers};
-  if (transport == "tcp") cut.pipeline_bytes = Cut::kPipelineSliceBytes;
+  if (byte_streams) cut.pipeline_bytes = Cut::kPipelineSliceBytes;
   return cut;
 }
 

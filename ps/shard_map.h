@@ -34,8 +34,9 @@ struct Cut {
   // smaller than partition_bytes: the reply of a slice leaves while the later slices of its key
   // still arrive, so a round ends one group of S such slices after its last push (perf/vs_ddp:
   // a 7.45 MB tensor on 4 servers over 100 Mbit/s took 1.28 s a round in 4 slices, 0.91 s in
-  // 32). job_cut() sets it for tcp only: over UCX on one loaded host 16 times the messages made
-  // psbench pushpull --keys 40 four times slower (perf/RESULTS.md).
+  // 32). job_cut() sets it where messages travel as TCP byte streams (transport/byte_streams.h:
+  // tcp, or ucx with UCX_TLS=tcp): over UCX's shared memory on one loaded host 16 times the
+  // messages made psbench pushpull --keys 40 four times slower (perf/RESULTS.md).
   std::uint64_t pipeline_bytes = 0;
   static constexpr std::uint64_t kPipelineSliceBytes = std::uint64_t{256} << 10;
   // Keys of at most this many bytes stay whole under the balanced cut: 64 KiB, or 4 KiB per
@@ -55,9 +56,11 @@ struct SliceBounds {
 };
 std::optional<SliceBounds> slice_bounds(std::uint64_t total, const Cut& cut, std::uint64_t index);
 // The cut of a job: balanced over `num_servers` or fixed at `partition_bytes`; the balanced cut
-// of a tcp job pipelines (pipeline_bytes = kPipelineSliceBytes).
+// pipelines (pipeline_bytes = kPipelineSliceBytes) where the job's messages travel as TCP byte
+// streams (`byte_streams`: transport::moves_as_byte_streams of the job's transport and UCX_TLS,
+// which psrun hands to every process, so that the scheduler and the servers cut alike).
 Cut job_cut(std::size_t partition_bytes, bool balanced, std::uint32_t num_servers,
-            std::string_view transport);
+            bool byte_streams);
 
 // The fixed cut at `partition_bytes`.
 inline std::uint64_t slice_count(std::uint64_t total, std::size_t partition_bytes) {

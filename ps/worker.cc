@@ -11,6 +11,7 @@
 #include "device/memory.h"
 #include "ps/worker_exit.h"
 #include "ps/worker_impl.h"
+#include "transport/byte_streams.h"
 #include "transport/factory.h"
 
 namespace psrt {
@@ -147,7 +148,8 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
                                             options_.connect_timeout));
     for (std::uint32_t i = 0; i < servers_.size(); ++i)
       owner_.push_back(i);
-    const std::size_t window = ps::send_window_for(options_.send_window, options_.transport);
+    const std::size_t window = ps::send_window_for(
+        options_.send_window, transport::moves_as_byte_streams(options_.transport));
     for (std::size_t i = 0; window > 0 && i < servers_.size(); ++i)
       windows_.push_back(std::make_unique<ps::SendWindow>(window));
   } catch (...) {

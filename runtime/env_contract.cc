@@ -112,7 +112,8 @@ const std::vector<EnvVar>& env_contract() {
       {"PSRT_SEND_WINDOW", "auto", "worker",
        "gradient bytes a worker keeps in flight to one server (sent, not yet acknowledged as "
        "received); further slices wait, the first-used keys (the first layers) first; 0 = no "
-       "bound; auto = 262144 over tcp, no bound over ucx (docs/performance.md)"},
+       "bound; auto = 262144 over tcp and over ucx with UCX_TLS=tcp (no RDMA transport named), no "
+       "bound over UCX's RDMA and shared memory (docs/performance.md)"},
       {"PSRT_CONNECT_TIMEOUT_MS", "30000", "server, worker", "bound on connecting + handshake"},
       {"PSRT_HEARTBEAT_MS", "1000", "server, worker", "heartbeat interval"},
       {"PSRT_SPIN_US", "100", "server, worker",

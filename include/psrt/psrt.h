@@ -112,7 +112,8 @@ struct WorkerOptions {
   bool secure = false;   // PSRT_SECURE: seal every message with keys from the secret
   // PSRT_SEND_WINDOW: gradient bytes this worker keeps in flight to one server (sent, not yet
   // acknowledged as received); further slices wait, the first-used keys first. 0 = no bound;
-  // -1 = by transport: 262144 over tcp, no bound over ucx.
+  // -1 = by transport: 262144 over tcp and over ucx with UCX_TLS=tcp, no bound over UCX's RDMA
+  // and shared memory.
   std::int64_t send_window = -1;
   // PSRT_CHECKPOINT_DIR (psrun --checkpoint-dir): where request_checkpoint() asks for a round.
   std::string checkpoint_dir;

@@ -228,10 +228,10 @@ TEST(SendWindow, ThreadsSubmittingAndReleasingKeepTheBound) {
 }
 
 TEST(SendWindow, TheDefaultDependsOnTheTransportAndAValueWins) {
-  EXPECT_EQ(send_window_for(-1, "tcp"), 262144u);
-  EXPECT_EQ(send_window_for(-1, "ucx"), 0u);
-  EXPECT_EQ(send_window_for(0, "tcp"), 0u);
-  EXPECT_EQ(send_window_for(524288, "ucx"), 524288u);
+  EXPECT_EQ(send_window_for(-1, true), 262144u);
+  EXPECT_EQ(send_window_for(-1, false), 0u);
+  EXPECT_EQ(send_window_for(0, true), 0u);
+  EXPECT_EQ(send_window_for(524288, false), 524288u);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ TEST(ShardMapBalanced, OneBigTensorGivesEachOfFourServersAQuarter) {
   ShardMap fixed(4, k4MiB);
   fixed.place(1, 1863690);
   EXPECT_EQ(fixed.bytes_on(2), 0u);
-  ShardMap map(4, job_cut(k4MiB, true, 4, "tcp"));
+  ShardMap map(4, job_cut(k4MiB, true, 4, true));
   const auto& slices = map.place(1, 1863690);
   // Slices of at most 256 KiB (Cut::kPipelineSliceBytes): 29 at least, 8 groups of 4.
   ASSERT_EQ(slices.size(), 32u);
@@ -83,23 +83,23 @@ TEST(ShardMapBalanced, TensorsBeyondSServersTimesTheSliceLimitAreCutInGroupsOfS)
 }
 
 TEST(ShardMapBalanced, OverUcxOneSlicePerServerUnlessPartitionBytesAsksForMore) {
-  ShardMap map(4, job_cut(k4MiB, true, 4, "ucx"));
+  ShardMap map(4, job_cut(k4MiB, true, 4, false));
   EXPECT_EQ(map.place(1, 1863690).size(), 4u);
   EXPECT_EQ(map.place(2, std::uint64_t{5} << 20).size(), 8u);  // 20 MiB: 2 groups of 4 MiB
   EXPECT_EQ(spread(map).gap(), 4u);
 }
 
 TEST(ShardMapBalanced, KeysUpToTheSmallKeyBytesStayWhole) {
-  const Cut cut = job_cut(k4MiB, true, 4, "tcp");
+  const Cut cut = job_cut(k4MiB, true, 4, true);
   EXPECT_EQ(cut.small_key_bytes(), 65536u);
   EXPECT_EQ((Cut{k4MiB, 64}).small_key_bytes(), 64u * 4096);  // no cut slice under 4 KiB
   EXPECT_EQ(slice_count(16384, cut), 1u);                     // 64 KiB
   EXPECT_EQ(slice_count(16385, cut), 4u);
   EXPECT_EQ(slice_count(1 << 20, cut), 16u);  // 4 MiB in slices of 256 KiB
-  EXPECT_EQ(slice_count(1 << 20, job_cut(1 << 16, true, 4, "tcp")), 64u);  // a smaller limit
-  EXPECT_EQ(slice_count(16385, job_cut(k4MiB, false, 4, "tcp")), 1u);      // the fixed cut
-  EXPECT_EQ(slice_count(16385, job_cut(k4MiB, true, 1, "tcp")), 1u);       // one server: 256 KiB
-  EXPECT_EQ(slice_count(1 << 20, job_cut(k4MiB, true, 1, "tcp")), 16u);
+  EXPECT_EQ(slice_count(1 << 20, job_cut(1 << 16, true, 4, true)), 64u);  // a smaller limit
+  EXPECT_EQ(slice_count(16385, job_cut(k4MiB, false, 4, true)), 1u);      // the fixed cut
+  EXPECT_EQ(slice_count(16385, job_cut(k4MiB, true, 1, true)), 1u);       // one server: 256 KiB
+  EXPECT_EQ(slice_count(1 << 20, job_cut(k4MiB, true, 1, true)), 16u);
 }
 
 // The bound of ps/shard_map.h on models of random tensor sizes, placed in random order: the
@@ -109,7 +109,7 @@ TEST(ShardMapBalanced, LoadsDifferByLessThanOneSmallKeyWhateverTheSizes) {
   for (int trial = 0; trial < 200; ++trial) {
     const auto servers = static_cast<std::uint32_t>(1 + rng() % 12);
     const std::size_t partition = (rng() % 2) ? k4MiB : std::size_t{1} << (12 + rng() % 8);
-    ShardMap map(servers, job_cut(partition, true, servers, (rng() % 2) ? "tcp" : "ucx"));
+    ShardMap map(servers, job_cut(partition, true, servers, (rng() % 2) != 0));
     const int keys = 1 + static_cast<int>(rng() % 80);
     std::uint64_t cut_keys = 0;
     for (int k = 0; k < keys; ++k) {
