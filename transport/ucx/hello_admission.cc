@@ -28,8 +28,8 @@ std::string HelloAdmission::admit(const std::string& peer) {
                        pending_);
   std::size_t& from_host = pending_by_host_[host];
   if (from_host >= kMaxPendingPerHost)
-    return fmt::format("{} UCX handshakes from {} are pending, the most one host may have", from_host,
-                       host);
+    return fmt::format("{} UCX handshakes from {} are pending, the most one host may have",
+                       from_host, host);
   ++from_host;
   ++pending_;
   return {};
