@@ -38,7 +38,8 @@
 //   116     ...   UCX worker address
 //
 // Versions 1 and 2 (no challenge, no mac; version 1 carried sequential connection ids instead of
-// tokens) are refused with a message naming both versions.
+// tokens) are refused by a listener with a message naming both versions; a version 3 connector
+// waits for a challenge an older listener never sends, until Options::connect_timeout.
 #pragma once
 
 #include <array>
