@@ -5,8 +5,9 @@
 // small payloads, rendezvous for large ones, received with ucp_am_recv_data_nbx straight into the
 // buffer the receiver placed.
 //
-// Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses;
-// that socket then stays open as the liveness channel.
+// Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses,
+// each proven with the job secret (Options::bootstrap_secret) before an endpoint is created from
+// it; that socket then stays open as the liveness channel.
 //
 // Which connection a message belongs to: a UCX worker receives the active messages of every
 // endpoint on one handler, and nothing UCX hands the handler identifies the sender reliably.
