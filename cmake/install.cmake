@@ -3,8 +3,8 @@ include(CMakePackageConfigHelpers)
 
 set(PSRT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/psrt)
 
-install(TARGETS psrt psrt_base psrt_transport_core psrt_transport psrt_kernels psrt_device
-                psrt_ps_session psrt_ps psrt_runtime
+install(TARGETS psrt psrt_base psrt_transport_core psrt_transport_crypto psrt_transport psrt_kernels
+                psrt_device psrt_ps_session psrt_ps psrt_runtime
         EXPORT psrtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev

@@ -64,6 +64,12 @@ void JobMetrics::set_live(std::size_t workers, std::size_t servers) {
   live_servers_ = servers;
 }
 
+void JobMetrics::set_scheduler_dropped(const std::string& host, std::uint64_t dropped) {
+  std::lock_guard lock(mu_);
+  scheduler_host_ = host;
+  scheduler_dropped_ = dropped;
+}
+
 void JobMetrics::add_process_families(std::vector<Family>& out) const {
   std::vector<Family> by_metric(kMetricCount);
   for (std::size_t i = 0; i < kMetricCount; ++i) {
@@ -124,6 +130,12 @@ void JobMetrics::add_process_families(std::vector<Family>& out) const {
       by_metric[static_cast<std::size_t>(metric)].series.push_back(std::move(s));
     }
   }
+  if (scheduler_dropped_ > 0)
+    by_metric[static_cast<std::size_t>(Metric::kSecureDroppedMessages)].series.push_back(
+        {labels_of(Role::kScheduler, 0, scheduler_host_),
+         static_cast<double>(scheduler_dropped_),
+         {},
+         0});
   out.push_back(std::move(up));
   out.push_back(std::move(age));
   if (link_gbps_) out.push_back(std::move(link));

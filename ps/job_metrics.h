@@ -32,6 +32,9 @@ class JobMetrics {
   // "server_lost").
   void event(const std::string& what);
   void set_live(std::size_t workers, std::size_t servers);
+  // The scheduler's own transport's dropped messages (psrt_secure_dropped_messages_total with
+  // role "scheduler"), the scheduler on `host`.
+  void set_scheduler_dropped(const std::string& host, std::uint64_t dropped);
 
   // One series of a family, ready to render.
   struct Series {
@@ -78,6 +81,8 @@ class JobMetrics {
   mutable std::mutex mu_;
   std::map<std::pair<Role, std::uint32_t>, Held> held_;  // guarded by mu_
   std::map<std::string, double> events_;                 // guarded by mu_
+  std::string scheduler_host_;                           // guarded by mu_
+  std::uint64_t scheduler_dropped_ = 0;                  // guarded by mu_
   std::size_t live_workers_ = 0, live_servers_ = 0;      // guarded by mu_
 };
 

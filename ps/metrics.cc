@@ -106,13 +106,20 @@ ProcessMetrics& process_metrics() {
   return metrics;
 }
 
-void report_metrics(Peer& scheduler, Role self, std::chrono::milliseconds flush) {
+void note_process_counters(Role self, const transport::Transport& transport) {
+  ProcessMetrics& pm = process_metrics();
+  const double uptime = seconds_since(pm.started());
+  pm.set(self == Role::kWorker ? Metric::kWorkerUptimeSeconds : Metric::kServerUptimeSeconds,
+         uptime);
+  pm.set(Metric::kSecureDroppedMessages, static_cast<double>(transport.dropped_messages()));
+}
+
+void report_metrics(Peer& scheduler, Role self, const transport::Transport& transport,
+                    std::chrono::milliseconds flush) {
   if (!metrics_on()) return;
   try {
+    note_process_counters(self, transport);
     ProcessMetrics& pm = process_metrics();
-    const double uptime = seconds_since(pm.started());
-    pm.set(self == Role::kWorker ? Metric::kWorkerUptimeSeconds : Metric::kServerUptimeSeconds,
-           uptime);
     const auto records = pm.snapshot();
     Header h;
     h.type = MsgType::kMetrics;

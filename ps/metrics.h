@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ps/session/protocol.h"
+#include "transport/transport.h"
 
 namespace psrt::ps {
 
@@ -82,7 +83,9 @@ inline constexpr std::array<double, 12> kRoundsBuckets = {0, 1, 2, 3, 4, 6, 8, 1
   X(kSyncLagSeconds, "psrt_sync_lag_seconds_total", kCounter, nullptr, true,                     \
     "per worker: seconds its gradient arrived after the round's first, summed over updates")     \
   X(kSyncLagSamples, "psrt_sync_lag_samples_total", kCounter, nullptr, true,                     \
-    "per worker: updates that measured its lag (divide the seconds by it)")
+    "per worker: updates that measured its lag (divide the seconds by it)")                      \
+  X(kSecureDroppedMessages, "psrt_secure_dropped_messages_total", kCounter, nullptr, false,      \
+    "--secure: messages dropped as forged (failed authentication) or replayed")
 
 enum class Metric : std::uint16_t {
 #define PSRT_METRIC_ENUM(e, name, kind, buckets, per_worker, help) e,
@@ -160,10 +163,13 @@ class Peer;  // ps/session/endpoint.h
 }  // namespace session
 // Sends this process's snapshot to the scheduler as METRICS, when metrics are on (the worker's
 // and the server's heartbeat call it). A send that fails is logged and dropped.
-// `self`: this process's role (worker or server), which names its uptime gauge.
+// `self`: this process's role (worker or server), which names its uptime gauge; `transport`: its
+// transport, whose dropped_messages() is psrt_secure_dropped_messages_total.
 // `flush`: wait (at most that long) until the report left this process, for the last one before
 // the connection closes.
-void report_metrics(Peer& scheduler, Role self,
+void report_metrics(Peer& scheduler, Role self, const transport::Transport& transport,
                     std::chrono::milliseconds flush = std::chrono::milliseconds(0));
+// What a process reports besides its hooks' counts: its uptime and its transport's drops.
+void note_process_counters(Role self, const transport::Transport& transport);
 
 }  // namespace psrt::ps

@@ -75,6 +75,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   endpoint_->set_handler(this);
   transport::Options topts;
   if (config_.secure) topts.secure_secret = config_.secret;
+  topts.bootstrap_secret = config_.secret;
   topts.max_payload_bytes = config_.partition_bytes + ps::kMaxControlBytes;
   topts.accept_timeout = config_.admission.handshake_timeout;
   transport_ = transport::create_transport(config_.transport, endpoint_, topts);
@@ -617,6 +618,7 @@ void Scheduler::monitor() {
                                        config_.heartbeat_timeout.count());
       p->close();
     }
+    note_own_counters_locked();
   }
 }
 

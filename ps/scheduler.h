@@ -172,6 +172,8 @@ class Scheduler final : public ps::Handler {
   void on_timeline(ps::Peer& peer, const Header& h, std::span<const std::byte> payload);
   void on_clock(ps::Peer& peer, const Header& h);
   void note_metrics_locked(const char* event);
+  // The scheduler's own transport counters into the job's metrics (every monitor tick).
+  void note_own_counters_locked();
 
   // Set by the constructor, constant after.
   SchedulerConfig config_;

@@ -66,6 +66,11 @@ void Scheduler::on_metrics(ps::Peer& peer, std::span<const std::byte> payload) {
   metrics->report(peer.role(), peer.rank(), host_of(peer.address()), std::move(records));
 }
 
+void Scheduler::note_own_counters_locked() {
+  if (metrics_ && transport_)
+    metrics_->set_scheduler_dropped(host_of(address_), transport_->dropped_messages());
+}
+
 void Scheduler::note_metrics_locked(const char* event) {
   if (!metrics_) return;
   if (event) metrics_->event(event);

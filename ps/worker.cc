@@ -119,6 +119,7 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
   topts.connect_timeout = options_.connect_timeout;
   topts.spin = options_.spin;
   if (options_.secure) topts.secure_secret = options_.secret;
+  topts.bootstrap_secret = options_.secret;
   transport_ = transport::create_transport(options_.transport, endpoint_, topts);
   try {
     const auto wanted =
@@ -167,7 +168,7 @@ Worker::Impl::Impl(WorkerOptions options) : options_(std::move(options)) {
       } catch (...) {  // e.g. no memory: one heartbeat is missed, the thread goes on
         PSRT_LOG_WARN("{}", current_exception_status("heartbeat not sent").message());
       }
-      ps::report_metrics(*scheduler_, ps::Role::kWorker);
+      ps::report_metrics(*scheduler_, ps::Role::kWorker, *transport_);
     }
   });
   ps::leave_at_exit(this);  // a program that ends without shutdown() still leaves the job
@@ -589,7 +590,7 @@ void Worker::Impl::shutdown() {
   }
   if (!ended && scheduler_) {
     // The final counts and the timeline, before leaving.
-    ps::report_metrics(*scheduler_, ps::Role::kWorker, std::chrono::seconds(2));
+    ps::report_metrics(*scheduler_, ps::Role::kWorker, *transport_, std::chrono::seconds(2));
     ps::flush_timeline(*scheduler_, std::chrono::seconds(5));
     try {
       Header h;

@@ -119,6 +119,7 @@ transport::Options server_transport_options(std::size_t partition, const ps::Adm
   topts.accept_timeout = admission.handshake_timeout;
   topts.spin = std::chrono::microseconds(env_int("PSRT_SPIN_US", 0, 1'000'000));
   if (env_bool("PSRT_SECURE")) topts.secure_secret = secret;
+  topts.bootstrap_secret = secret;
   return topts;
 }
 
@@ -141,7 +142,8 @@ std::optional<ps::Reply> register_server(ps::Requests& requests, ps::Peer& sched
 
 // Heartbeats to the scheduler until the job ends (SHUTDOWN) or a stop signal comes.
 Status serve_until_stopped(std::future<Status>& ended, const sigset_t& stop_signals,
-                           std::chrono::milliseconds heartbeat, ps::Peer& scheduler) {
+                           std::chrono::milliseconds heartbeat, ps::Peer& scheduler,
+                           const transport::Transport& transport) {
   for (;;) {
     if (ended.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready)
       return ended.get();
@@ -152,7 +154,7 @@ Status serve_until_stopped(std::future<Status>& ended, const sigset_t& stop_sign
     ps::Header hb;
     hb.type = ps::MsgType::kHeartbeat;
     scheduler.send(hb);
-    ps::report_metrics(scheduler, ps::Role::kServer);
+    ps::report_metrics(scheduler, ps::Role::kServer, transport);
   }
 }
 
@@ -230,9 +232,10 @@ int run_server_from_env() {
   PSRT_LOG_INFO("listening on {} ({}, mode {}{})", address, transport->name(),
                 ps::to_string(config.mode), round ? fmt::format(", resuming round {}", round) : "");
   auto result = ended.get_future();
-  const Status status = serve_until_stopped(result, stop_signals, heartbeat, *scheduler);
+  const Status status =
+      serve_until_stopped(result, stop_signals, heartbeat, *scheduler, *transport);
   // The final counts, while the scheduler's connection is still open.
-  ps::report_metrics(*scheduler, ps::Role::kServer, std::chrono::seconds(2));
+  ps::report_metrics(*scheduler, ps::Role::kServer, *transport, std::chrono::seconds(2));
   ps::flush_timeline(*scheduler, std::chrono::seconds(5));
   server.stop();
   transport->shutdown();

@@ -49,6 +49,11 @@ struct Options {
   // Non-empty: the secure mode (transport/secure/): each connection proves this job secret in a
   // handshake and every message is sealed with AES-256-GCM under keys of that connection.
   std::string secure_secret;
+  // Non-empty: the UCX backend's bootstrap hello proves this secret (HMAC-SHA256 over both ends'
+  // nonces, ucx/hello.h), and no endpoint is created from a hello that does not. The PS roles
+  // set it to the job secret; the secure mode uses secure_secret when it is empty. The tcp
+  // backend creates nothing from unauthenticated bytes and ignores it.
+  std::string bootstrap_secret;
 };
 
 // Completion of one send. Runs exactly once: on the progress thread while the transport runs, on
@@ -134,6 +139,11 @@ class Transport {
 
   // True when called from this transport's progress thread.
   virtual bool on_progress_thread() const = 0;
+
+  // Messages dropped so far without closing their connection because they failed
+  // authentication or were replays (the secure mode: forged or replayed frames; 0 elsewhere).
+  // Thread-safe. Exported as psrt_secure_dropped_messages_total (docs/monitoring.md).
+  virtual std::uint64_t dropped_messages() const { return 0; }
 };
 
 }  // namespace psrt::transport

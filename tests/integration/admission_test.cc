@@ -2,7 +2,9 @@
 // network would: raw TCP sockets speaking the tcp backend's framing, raw transport peers that
 // never learn the secret (UCX included), an fd flood under a low RLIMIT_NOFILE, and a holder of
 // the secret that never registered. The job (ps_worker hold: sum, lr 1, every round checked
-// exactly) must finish exact after each attack.
+// exactly) must finish exact after each attack. Over UCX a stranger is refused already at the
+// bootstrap hello, which proves the secret (tests/transport/ucx_hello_test.cc); the raw peers here
+// get past it with the secret, and then meet the PS handshake without it like a stranger on tcp.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -47,6 +49,13 @@ using Clock = std::chrono::steady_clock;
 using namespace psrt;
 
 const std::string kSecret = "admission-test-secret-0123456789";
+
+// Transport options that pass the UCX bootstrap hello (the tcp backend ignores them).
+transport::Options past_the_bootstrap() {
+  transport::Options o;
+  o.bootstrap_secret = kSecret;
+  return o;
+}
 
 using psrt::test::scratch;
 
@@ -342,7 +351,7 @@ TEST_P(Admission, PayloadsBeforeAuthenticationPinNoMemory) {
       ::close(fd);
   } else {
     auto rx = std::make_shared<RawPeer>();
-    auto t = transport::create_transport(GetParam(), rx);
+    auto t = transport::create_transport(GetParam(), rx, past_the_bootstrap());
     std::vector<std::byte> payload(std::size_t{64} << 20, std::byte{0x5a});
     std::vector<std::shared_ptr<transport::Connection>> conns;
     for (const auto& [address, flood] : floods)
@@ -374,7 +383,7 @@ TEST_P(Admission, UnauthenticatedConnectionsAreClosedByTheDeadline) {
   HeldJob held(GetParam(), {{"PSRT_HANDSHAKE_TIMEOUT_MS", "1000"}});
   ASSERT_FALSE(held.job.wait_for("HOLDING").empty()) << held.job.output();
   auto rx = std::make_shared<RawPeer>();
-  auto t = transport::create_transport(GetParam(), rx);
+  auto t = transport::create_transport(GetParam(), rx, past_the_bootstrap());
   std::vector<int> idle, slow;  // raw sockets: idle, and a frame prefix trickled byte by byte
   std::vector<std::shared_ptr<transport::Connection>> hello_only, silent;
   ps::Nonce nonce{};
@@ -429,7 +438,7 @@ TEST_P(Admission, ConnectionsBeyondTheUnauthenticatedCapAreClosedAtOnce) {
                             {"PSRT_MAX_UNAUTHENTICATED_PER_HOST", "1"}});
   ASSERT_FALSE(held.job.wait_for("HOLDING").empty()) << held.job.output();
   auto rx = std::make_shared<RawPeer>();
-  auto t = transport::create_transport(GetParam(), rx);
+  auto t = transport::create_transport(GetParam(), rx, past_the_bootstrap());
   std::vector<std::shared_ptr<transport::Connection>> conns;
   for (int i = 0; i < 40; ++i) {
     try {
@@ -454,7 +463,7 @@ TEST_P(Admission, AWrongProofEndsTheHandshake) {
   HeldJob held(GetParam(), {});
   ASSERT_FALSE(held.job.wait_for("HOLDING").empty()) << held.job.output();
   auto rx = std::make_shared<RawPeer>();
-  auto t = transport::create_transport(GetParam(), rx);
+  auto t = transport::create_transport(GetParam(), rx, past_the_bootstrap());
   // The proofs bind both ends' identities: the scheduler and server 0 (rank 0 each).
   const std::pair<std::string, ps::Identity> acceptors[] = {
       {held.scheduler, {ps::Role::kScheduler, 0}}, {held.server, {ps::Role::kServer, 0}}};

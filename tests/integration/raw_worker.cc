@@ -19,7 +19,7 @@ RawWorker connect_raw_worker(const std::string& backend, const std::string& secr
   RawWorker w;
   w.endpoint = std::make_shared<ps::Endpoint>(secret, ps::Role::kWorker, ps::Limits{});
   w.endpoint->set_handler(&handler);
-  w.transport = transport::create_transport(backend, w.endpoint);
+  w.transport = transport::create_transport(backend, w.endpoint, job_transport_options(secret));
   w.scheduler = w.endpoint->connect(*w.transport, address, rank, ps::Role::kScheduler, 0, 10s);
   return w;
 }

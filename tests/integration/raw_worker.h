@@ -35,6 +35,14 @@ struct JobEnv {
 };
 JobEnv job_env();
 
+// Transport options of a process holding `secret`: its UCX bootstrap hello proves it
+// (transport/ucx/hello.h), as a psrt role's does.
+inline transport::Options job_transport_options(const std::string& secret) {
+  transport::Options o;
+  o.bootstrap_secret = secret;
+  return o;
+}
+
 struct RawWorker {
   std::shared_ptr<ps::Endpoint> endpoint;
   std::unique_ptr<transport::Transport> transport;

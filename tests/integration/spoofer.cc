@@ -2,10 +2,11 @@
 // inject PUSH, SHUTDOWN and UNREGISTER into a running job as if they came from the job's
 // authenticated peers.
 //
-//   ps_spoofer ucx SCHEDULER SERVER COUNT   raw UCX (libucp only): a bootstrap hello to each
-//       target, then active messages with forged routes (hello version 1: every other
-//       connection id 1..8; version 2: random route tokens); then the same messages on its own
-//       connection, which must be refused as unauthenticated
+//   ps_spoofer ucx SCHEDULER SERVER COUNT   raw UCX (libucp only): a bootstrap hello (version
+//       3, with a made-up proof of the secret) to each target, printing "HELLO REFUSED" where it
+//       is refused; where it is taken (a build that created endpoints from unproven hellos),
+//       active messages with forged routes (random route tokens), then the same messages on its
+//       own connection, which must be refused as unauthenticated
 //   ps_spoofer tcp SCHEDULER SERVER COUNT   raw sockets: the same messages, each on a fresh
 //       connection that never authenticated
 //
@@ -185,66 +186,61 @@ void progress(Ucx& u, int ms) {
 struct Target {
   int control = -1;  // the liveness socket: held open while we send
   ucp_ep_h ep = nullptr;
-  Bytes our_token;           // the target's route token for our connection (version 2)
-  std::uint64_t our_id = 0;  // version 1: the target's id of our connection
-  int version = 0;
+  Bytes our_token;  // the target's route token for our connection
 };
 
 void ignore_ep_error(void*, ucp_ep_h, ucs_status_t) {}
 
-// Bootstraps one connection to `address` with hello version 2 (route tokens), falling back to
-// version 1 (sequential connection ids, no token) for a build that speaks only that.
-Target bootstrap(Ucx& u, const std::string& address) {
+// Bootstraps one connection to `address` with hello version 3: the listener's CHALLENGE, then a
+// HELLO with our worker address and a made-up proof (we have no secret). Returns false, printing
+// "HELLO REFUSED", when the listener closes on it; a build that took it would answer with its own
+// HELLO, and the attack goes on as before on that endpoint.
+bool bootstrap(Ucx& u, const std::string& address, Target& t) {
   ucp_worker_attr_t wa{};
   wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
   if (ucp_worker_query(u.worker, &wa) != UCS_OK) die("ucp_worker_query");
   Bytes mine(static_cast<unsigned char*>(static_cast<void*>(wa.address)),
              static_cast<unsigned char*>(static_cast<void*>(wa.address)) + wa.address_length);
   ucp_worker_release_address(u.worker, wa.address);
-  for (int version : {2, 1}) {
-    // v2: magic, version, reserved, token[16], boot id[40], address_len; v1: ..., id[8], boot
-    // id[40], address_len. The boot id stays empty: the target treats us as another host.
-    const std::size_t fixed = version == 2 ? 68 : 60;
-    Bytes hello(fixed, 0);
-    put(hello, 0, 0x58555350, 4);  // 'PSUX'
-    put(hello, 4, version, 2);
-    if (version == 2) {
-      (void)::getrandom(hello.data() + 8, 16, 0);
-    } else {
-      put(hello, 8, 1, 8);
-    }
-    put(hello, fixed - 4, mine.size(), 4);
-    hello.insert(hello.end(), mine.begin(), mine.end());
-    Target t;
-    t.control = tcp_connect(address);
-    Bytes reply(fixed);
-    if (!write_all(t.control, hello.data(), hello.size()) ||
-        !read_all(t.control, reply.data(), fixed, 10000) || get(reply.data(), 4) != 0x58555350) {
-      ::close(t.control);
-      continue;
-    }
-    t.version = version;
-    if (version == 2) {
-      t.our_token.assign(reply.begin() + 8, reply.begin() + 24);
-    } else {
-      t.our_id = get(reply.data() + 8, 8);
-    }
-    Bytes theirs(get(reply.data() + fixed - 4, 4));
-    if (!read_all(t.control, theirs.data(), theirs.size(), 10000)) die("truncated hello reply");
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = ignore_ep_error;
-    if (ucp_ep_create(u.worker, &ep, &t.ep) != UCS_OK) die("ucp_ep_create");
-    std::printf("BOOTSTRAPPED %s with hello version %d\n", address.c_str(), version);
-    return t;
+  t.control = tcp_connect(address);
+  Bytes challenge(24);
+  if (!read_all(t.control, challenge.data(), challenge.size(), 10000) ||
+      get(challenge.data(), 4) != 0x58555350 || get(challenge.data() + 4, 2) != 3)
+    die("no version 3 challenge from " + address);
+  // magic, version 3, flags (1: proven), token[16], boot id[40] (empty: another host),
+  // address_len, nonce[16], mac[32] (random: forged), address.
+  constexpr std::size_t kFixed = 116;
+  Bytes hello(kFixed, 0);
+  put(hello, 0, 0x58555350, 4);  // 'PSUX'
+  put(hello, 4, 3, 2);
+  put(hello, 6, 1, 2);
+  (void)::getrandom(hello.data() + 8, 16, 0);
+  put(hello, 64, mine.size(), 4);
+  (void)::getrandom(hello.data() + 68, 16 + 32, 0);
+  hello.insert(hello.end(), mine.begin(), mine.end());
+  Bytes reply(kFixed);
+  if (!write_all(t.control, hello.data(), hello.size()) ||
+      !read_all(t.control, reply.data(), kFixed, 10000)) {
+    std::printf("HELLO REFUSED by %s: no endpoint\n", address.c_str());
+    ::close(t.control);
+    t.control = -1;
+    return false;
   }
-  die("no bootstrap hello version was accepted by " + address);
+  t.our_token.assign(reply.begin() + 8, reply.begin() + 24);
+  Bytes theirs(get(reply.data() + 64, 4));
+  if (!read_all(t.control, theirs.data(), theirs.size(), 10000)) die("truncated hello reply");
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = ignore_ep_error;
+  if (ucp_ep_create(u.worker, &ep, &t.ep) != UCS_OK) die("ucp_ep_create");
+  std::printf("BOOTSTRAPPED %s with hello version 3\n", address.c_str());
+  return true;
 }
 
-// Route v2: the 16-byte token; v1: the 8-byte connection id.
+// Route: the 16-byte token.
 void send_am(Ucx& u, Target& t, const Bytes& route, bool own, const Attack& a) {
   Bytes header = route;
   header.insert(header.end(), a.header.begin(), a.header.end());
@@ -281,34 +277,33 @@ int run_ucx(const std::string& scheduler, const std::string& server, std::uint64
   am.flags = UCP_AM_FLAG_WHOLE_MSG;
   ucp_worker_set_am_recv_handler(u.worker, &am);
 
-  Target targets[2] = {bootstrap(u, server), bootstrap(u, scheduler)};
+  Target targets[2];
+  const bool server_took = bootstrap(u, server, targets[0]);
+  const bool scheduler_took = bootstrap(u, scheduler, targets[1]);
+  if (!server_took || !scheduler_took) {  // no endpoint to send on
+    for (Target& t : targets)
+      if (t.control >= 0) ::close(t.control);
+    ucp_worker_destroy(u.worker);
+    ucp_cleanup(u.ctx);
+    std::fflush(stdout);
+    return 0;
+  }
   progress(u, 200);  // wire-up
-  // Forged: seven routes per message. Version 1: every other connection id 1..8. Version 2:
-  // random tokens (ours is the only one we know; a peer's is 128 random bits).
+  // Forged: seven random routes per message (ours is the only one we know; a peer's is 128
+  // random bits).
   for (const Attack& a : attacks(count)) {
     Target& t = targets[a.to_server ? 0 : 1];
-    for (std::uint64_t id = 1, sent = 0; sent < 7; ++id) {
-      Bytes route(t.version == 2 ? 16 : 8);
-      if (t.version == 2) {
-        (void)::getrandom(route.data(), route.size(), 0);
-      } else {
-        if (id == t.our_id) continue;
-        put(route, 0, id, 8);
-      }
+    for (int sent = 0; sent < 7; ++sent) {
+      Bytes route(16);
+      (void)::getrandom(route.data(), route.size(), 0);
       send_am(u, t, route, false, a);
-      ++sent;
     }
   }
   progress(u, 300);
   // Our own connection, with its real route: it never authenticated.
   for (const Attack& a : attacks(count)) {
     Target& t = targets[a.to_server ? 0 : 1];
-    Bytes route = t.our_token;
-    if (t.version == 1) {
-      route.assign(8, 0);
-      put(route, 0, t.our_id, 8);
-    }
-    send_am(u, t, route, true, a);
+    send_am(u, t, t.our_token, true, a);
   }
   progress(u, 1000);
   std::fflush(stdout);

@@ -422,7 +422,15 @@ TEST_P(TransportConformance, TruncatedFrameDropsOnlyThatConnection) {
     // A well-formed beginning (a real psrt peer's first bytes) cut off in the middle.
     auto rx = std::make_shared<RecordingReceiver>();
     auto t = make(rx);
-    // Capture what a genuine peer sends first by connecting it to a plain socket we accept on.
+    // Capture what a genuine peer sends first by connecting it to a plain socket we accept on,
+    // which passes on what the real listener says first (ucx: its challenge) on `raw`.
+    Fd raw = raw_connect(address);
+    std::vector<char> greeting(4096);
+    pollfd g{raw.get(), POLLIN, 0};
+    const ssize_t greeted = ::poll(&g, 1, 200) > 0
+                                ? ::recv(raw.get(), greeting.data(), greeting.size(), MSG_DONTWAIT)
+                                : 0;
+    greeting.resize(static_cast<std::size_t>(std::max<ssize_t>(greeted, 0)));
     std::string bound;
     Fd lst = listen_tcp("127.0.0.1:0", bound);
     std::thread connector([&] {
@@ -439,6 +447,7 @@ TEST_P(TransportConformance, TruncatedFrameDropsOnlyThatConnection) {
     std::string peer;
     Fd accepted = accept_tcp(lst.get(), peer);
     ASSERT_TRUE(accepted);
+    if (!greeting.empty()) write_raw(accepted.get(), greeting.data(), greeting.size());
     std::vector<char> first;
     auto until = std::chrono::steady_clock::now() + 2s;
     while (first.size() < 20 && std::chrono::steady_clock::now() < until) {
@@ -449,7 +458,6 @@ TEST_P(TransportConformance, TruncatedFrameDropsOnlyThatConnection) {
     accepted.reset();
     connector.join();
     ASSERT_GE(first.size(), 20u);
-    Fd raw = raw_connect(address);
     write_raw(raw.get(), first.data(), first.size() / 2);
     raw.reset();  // truncated: the rest never comes
   }

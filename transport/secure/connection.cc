@@ -149,6 +149,7 @@ Error SecureConnection::refuse_on_loop(ErrorCode code, const std::string& why) {
 
 void SecureConnection::note_dropped(const std::string& why) {
   ++dropped_;
+  ctx_->count_dropped();
   PSRT_LOG_WARN_LIMITED(
       "secure: dropped a message on connection {} from {}: {} ({} dropped on this connection; "
       "it goes on)",

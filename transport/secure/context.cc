@@ -179,6 +179,7 @@ void SecureContext::release(CipherBuffer buffer) {
 SecureTransport::SecureTransport(std::shared_ptr<Receiver> receiver, Options options,
                                  const MakeInner& make_inner)
     : ctx_(std::make_shared<SecureContext>(std::move(receiver), options)) {
+  if (options.bootstrap_secret.empty()) options.bootstrap_secret = options.secure_secret;
   options.secure_secret.clear();
   inner_ = make_inner(ctx_, options);
   ctx_->start();

@@ -8,6 +8,7 @@
 // handshake after Options::connect_timeout is closed by a small timer thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -64,6 +65,10 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   CipherBuffer acquire(std::size_t size);
   void release(CipherBuffer buffer);
 
+  // Messages dropped (forged or replayed) on any of this transport's connections. Thread-safe.
+  void count_dropped() { dropped_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
  private:
   std::shared_ptr<SecureConnection> find(std::uint64_t id);
   void reap();
@@ -86,6 +91,7 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
 
   std::mutex pool_mutex_;
   std::vector<CipherBuffer> pool_;
+  std::atomic<std::uint64_t> dropped_{0};
 };
 
 class SecureTransport final : public Transport {
@@ -106,6 +112,7 @@ class SecureTransport final : public Transport {
   }
   void shutdown() override;
   bool on_progress_thread() const override { return inner_->on_progress_thread(); }
+  std::uint64_t dropped_messages() const override { return ctx_->dropped(); }
 
  private:
   std::shared_ptr<SecureContext> ctx_;

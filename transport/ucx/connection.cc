@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "transport/ucx/check.h"
 #include "transport/ucx/context.h"
+#include "transport/ucx/hello_admission.h"
 #include "transport/wire.h"
 
 namespace psrt::transport::ucx {
@@ -87,6 +88,7 @@ void UcxConnection::establish_on_loop(const RouteToken& remote_token,
   error_arg_ = std::make_shared<std::weak_ptr<UcxConnection>>(weak_from_this());
   params.err_handler.arg = error_arg_.get();
   PSRT_UCS_CHECK(ucp_ep_create(ctx_->worker(), &params, &ep_));
+  count_endpoint_created();
   PSRT_LOG_DEBUG("ucx: connection {} to {} established ({} host, error mode {})", id_, peer_,
                  same_host ? "same" : "remote", same_host ? "none" : "peer");
 }

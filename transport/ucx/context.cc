@@ -11,6 +11,7 @@
 #include "transport/ucx/check.h"
 #include "transport/ucx/connection.h"
 #include "transport/ucx/hello.h"
+#include "transport/ucx/hello_auth.h"
 #include "transport/wire.h"
 
 namespace psrt::transport::ucx {
@@ -178,11 +179,36 @@ void UcxContext::tune_accepted(int fd) {
 }
 
 void UcxContext::adopt_accepted_on_loop(Fd fd, std::string peer) {
+  if (std::string why = admission_.admit(peer); !why.empty()) {
+    count_hello_refused();
+    PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", peer, why);
+    return;  // closes the socket
+  }
+  Challenge challenge;
+  challenge.flags = options_.bootstrap_secret.empty() ? 0 : kHelloAuthenticated;
+  try {
+    challenge.nonce = random_hello_nonce();
+  } catch (const Error& e) {
+    admission_.release(peer);
+    PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", peer, e.what());
+    return;
+  }
+  // 24 bytes into a fresh socket's empty send buffer: a short write means the socket is broken.
+  const auto bytes = encode_challenge(challenge);
+  if (::send(fd.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(bytes.size())) {
+    admission_.release(peer);
+    count_hello_refused();
+    PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: cannot send the handshake challenge",
+                          peer);
+    return;
+  }
   int raw = fd.get();
   PendingHello& h = hellos_[raw];
   h.fd = std::move(fd);
   h.peer = std::move(peer);
   h.need = kHelloFixedBytes;
+  h.challenge = challenge.nonce;
   h.timer = loop_.add_timer_on_loop(EventLoop::Clock::now() + options_.accept_timeout, [this, raw] {
     drop_hello_on_loop(raw, "no complete handshake in time");
   });
@@ -194,6 +220,8 @@ void UcxContext::drop_hello_on_loop(int fd, const std::string& why) {
   auto it = hellos_.find(fd);
   if (it == hellos_.end()) return;
   PSRT_LOG_WARN_LIMITED("ucx: dropping connection from {}: {}", it->second.peer, why);
+  count_hello_refused();
+  admission_.release(it->second.peer);
   loop_.cancel_timer_on_loop(it->second.timer);
   loop_.remove_fd_on_loop(fd);
   hellos_.erase(it);  // closes the socket
@@ -223,9 +251,15 @@ void UcxContext::read_hello_on_loop(int fd) {
           std::span<const std::byte, kHelloFixedBytes>(h.buf.data(), kHelloFixedBytes), h.hello,
           address_len);
       if (!why.empty()) return drop_hello_on_loop(fd, why);
+      if (!options_.bootstrap_secret.empty() && (h.hello.flags & kHelloAuthenticated) == 0)
+        return drop_hello_on_loop(
+            fd,
+            "its hello proves no job secret (a peer without PSRT_SECRET, or not of this job); "
+            "no endpoint created");
       h.need = kHelloFixedBytes + address_len;
     }
   }
+  if (std::string why = refuse_hello_on_loop(h); !why.empty()) return drop_hello_on_loop(fd, why);
   // Whole hello: create our side, answer with our own hello, and hand the connection out.
   Hello hello = std::move(h.hello);
   std::vector<std::byte> peer_address(h.buf.begin() + kHelloFixedBytes, h.buf.end());
@@ -233,14 +267,18 @@ void UcxContext::read_hello_on_loop(int fd) {
   loop_.remove_fd_on_loop(fd);
   Fd control = std::move(h.fd);
   std::string peer = h.peer;
+  const HelloNonce challenge = h.challenge;
+  admission_.release(peer);
   hellos_.erase(it);
 
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, peer);
   try {
     while (connections_.count(conn->route_key()))
       conn->redraw_route_token_on_loop();
-    Hello reply{conn->route_token(), boot_id_, address_};
+    Hello reply{0, conn->route_token(), boot_id_, hello.nonce, {}, address_};
     auto bytes = encode_hello(reply);
+    if (!options_.bootstrap_secret.empty())
+      sign_hello(options_.bootstrap_secret, HelloSide::kListener, challenge, hello.nonce, bytes);
     conn->establish_on_loop(hello.route_token, peer_address,
                             hello.boot_id == boot_id_ && !boot_id_.empty());
     write_all(control.get(), bytes.data(), bytes.size(),
@@ -263,17 +301,8 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
   auto conn = std::make_shared<UcxConnection>(shared_from_this(), next_id_++, address);
   // Registered before the hello goes out: the peer may send as soon as it has read it.
   loop_.run_sync([&] { add_connection_on_loop(conn); });
-  Hello reply;
   try {
-    auto bytes = encode_hello(Hello{conn->route_token(), boot_id_, address_});
-    write_all(fd.get(), bytes.data(), bytes.size(), deadline);
-    std::array<std::byte, kHelloFixedBytes> fixed;
-    read_all(fd.get(), fixed.data(), fixed.size(), deadline);
-    std::size_t address_len = 0;
-    std::string why = decode_hello_fixed(fixed, reply, address_len);
-    if (!why.empty()) throw Error(ErrorCode::kProtocol, why);
-    reply.worker_address.resize(address_len);
-    read_all(fd.get(), reply.worker_address.data(), address_len, deadline);
+    Hello reply = exchange_hellos(fd.get(), *conn, deadline);
     loop_.run_sync([&] {
       conn->establish_on_loop(reply.route_token, reply.worker_address,
                               reply.boot_id == boot_id_ && !boot_id_.empty());
@@ -285,6 +314,65 @@ std::shared_ptr<Connection> UcxContext::connect(const std::string& address) {
     throw Error(e.code(), "cannot connect to " + address + ": " + e.what());
   }
   return conn;
+}
+
+std::string UcxContext::refuse_hello_on_loop(const PendingHello& h) {
+  if (options_.bootstrap_secret.empty())
+    return admission_.admit_endpoint(h.peer);  // nothing to check it with: rate-limited
+  if (!hello_proves_secret(options_.bootstrap_secret, HelloSide::kConnector, h.challenge,
+                           h.hello.nonce, h.buf))
+    return "its hello fails authentication (another job's secret, or forged); no endpoint "
+           "created";
+  return {};
+}
+
+Hello UcxContext::exchange_hellos(int fd, const UcxConnection& conn,
+                                  std::chrono::steady_clock::time_point deadline) {
+  const std::string& secret = options_.bootstrap_secret;
+  std::array<std::byte, kChallengeBytes> challenge_bytes;
+  read_all(fd, challenge_bytes.data(), challenge_bytes.size(), deadline);
+  Challenge challenge;
+  if (std::string why = decode_challenge(challenge_bytes, challenge); !why.empty())
+    throw Error(ErrorCode::kProtocol, why);
+  const bool listener_checks = (challenge.flags & kHelloAuthenticated) != 0;
+  if (listener_checks != !secret.empty())
+    throw Error(ErrorCode::kAuthentication,
+                listener_checks
+                    ? "the listener requires a hello proving the job secret and this process has "
+                      "none (set PSRT_SECRET as for the rest of the job)"
+                    : "the listener does not check the job secret (it runs without PSRT_SECRET, "
+                      "or is not of this job); no endpoint created");
+  Hello mine{0, conn.route_token(), boot_id_, random_hello_nonce(), {}, address_};
+  auto bytes = encode_hello(mine);
+  if (!secret.empty())
+    sign_hello(secret, HelloSide::kConnector, challenge.nonce, mine.nonce, bytes);
+  write_all(fd, bytes.data(), bytes.size(), deadline);
+  std::vector<std::byte> reply_bytes(kHelloFixedBytes);
+  try {
+    read_all(fd, reply_bytes.data(), kHelloFixedBytes, deadline);
+  } catch (const Error& e) {
+    if (secret.empty() || e.code() != ErrorCode::kConnectionClosed) throw;
+    // A listener closes at once on a hello it cannot verify.
+    throw Error(ErrorCode::kAuthentication,
+                std::string(e.what()) +
+                    ": the listener refused our hello (a different job secret: every process "
+                    "of a job needs the same PSRT_SECRET)");
+  }
+  Hello reply;
+  std::size_t address_len = 0;
+  std::string why = decode_hello_fixed(
+      std::span<const std::byte, kHelloFixedBytes>(reply_bytes.data(), kHelloFixedBytes), reply,
+      address_len);
+  if (!why.empty()) throw Error(ErrorCode::kProtocol, why);
+  reply_bytes.resize(kHelloFixedBytes + address_len);
+  read_all(fd, reply_bytes.data() + kHelloFixedBytes, address_len, deadline);
+  if (!secret.empty() &&
+      !hello_proves_secret(secret, HelloSide::kListener, challenge.nonce, mine.nonce, reply_bytes))
+    throw Error(ErrorCode::kAuthentication,
+                "the listener's hello fails authentication (another job's secret, or forged); "
+                "no endpoint created");
+  reply.worker_address.assign(reply_bytes.begin() + kHelloFixedBytes, reply_bytes.end());
+  return reply;
 }
 
 void UcxContext::add_connection_on_loop(const std::shared_ptr<UcxConnection>& conn) {

@@ -5,8 +5,9 @@
 // small payloads, rendezvous for large ones, received with ucp_am_recv_data_nbx straight into the
 // buffer the receiver placed.
 //
-// Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses;
-// that socket then stays open as the liveness channel.
+// Peers find each other through a small TCP handshake (hello.h) that exchanges worker addresses,
+// each proven with the job secret (Options::bootstrap_secret) before an endpoint is created from
+// it; that socket then stays open as the liveness channel.
 //
 // Which connection a message belongs to: a UCX worker receives the active messages of every
 // endpoint on one handler, and nothing UCX hands the handler identifies the sender reliably.
@@ -54,6 +55,7 @@
 #include "transport/socket.h"
 #include "transport/transport.h"
 #include "transport/ucx/hello.h"
+#include "transport/ucx/hello_admission.h"
 
 namespace psrt::transport::ucx {
 
@@ -100,8 +102,9 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
     Fd fd;
     std::string peer;
     std::vector<std::byte> buf;
-    std::size_t need = 0;  // total bytes expected so far (fixed part, then + address)
-    Hello hello;           // decoded once the fixed part is in
+    std::size_t need = 0;    // total bytes expected so far (fixed part, then + address)
+    Hello hello;             // decoded once the fixed part is in
+    HelloNonce challenge{};  // the nonce of the CHALLENGE sent to it
     std::uint64_t timer = 0;
   };
 
@@ -110,7 +113,13 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
   ucs_status_t on_am_on_loop(const void* header, std::size_t header_length, void* data,
                              std::size_t length, const ucp_am_recv_param_t* param);
   void read_hello_on_loop(int fd);
+  // Why the whole HELLO of `h` may not create an endpoint ("" when it may): unproven with a
+  // secret, over the rate without one.
+  std::string refuse_hello_on_loop(const PendingHello& h);
   void drop_hello_on_loop(int fd, const std::string& why);
+  // The connector's side of the exchange on `fd`, up to the listener's checked HELLO.
+  Hello exchange_hellos(int fd, const UcxConnection& conn,
+                        std::chrono::steady_clock::time_point deadline);
   // Registers `conn` under its route key, redrawing its token first if the key is taken.
   void add_connection_on_loop(const std::shared_ptr<UcxConnection>& conn);
   std::vector<std::byte> worker_address() const;
@@ -123,6 +132,7 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
   std::vector<std::byte> address_;
 
   std::unordered_map<int, PendingHello> hellos_;  // loop only
+  HelloAdmission admission_;                      // loop only
   // By route key (the first 8 bytes of the connection's route token). Loop only. An ordered map:
   // a hash map's bucket index of a random 64-bit key costs a 64-bit division per message.
   std::map<std::uint64_t, std::shared_ptr<UcxConnection>> connections_;
