@@ -53,8 +53,9 @@ TEST(MinWorkersTrain, PstrainGoesOnWithTheHostsThatRemainAndTrainsEachSampleOnce
   fs::create_directories(dir);
   const fs::path ckpt = dir / "ckpt";
   ProcessGroup job(
-      "exec " + hosts.exec_prefix(0) + " env PSRT_PEER_TIMEOUT_MS=3000 " PSRUN_PATH
-      " --launcher ssh --ssh-args '" + hosts.ssh_args_string() +
+      "exec " + hosts.exec_prefix(0) +
+          " env PSRT_PEER_TIMEOUT_MS=3000 " PSRUN_PATH " --launcher ssh --ssh-args '" +
+          hosts.ssh_args_string() +
           "' --transport tcp -n 3 -s 1 --checkpoint-every 5 --checkpoint-dir " + ckpt.string() +
           " --max-restarts 1 --min-workers 2 -H " + hosts.address(1) + "," + hosts.address(2) +
           "," + hosts.address(3) + " --server-hosts " + hosts.address(0) +
@@ -108,8 +109,8 @@ TEST(MinWorkersTrain, PstrainGoesOnWithTheHostsThatRemainAndTrainsEachSampleOnce
       EXPECT_TRUE(world == 3 || (world == 2 && rank < 2 && step > resumed)) << s.dump();
       EXPECT_EQ(s["part"].get<int>(), rank) << s.dump();
       const bool cut_again = world == 2 && e == cut_epoch;
-      const auto shard = pstrain::pool_shard(kSamples, cut_again ? rest : pstrain::EpochPool{},
-                                             rank, world, 1, e);
+      const auto shard =
+          pstrain::pool_shard(kSamples, cut_again ? rest : pstrain::EpochPool{}, rank, world, 1, e);
       const auto b = s["batch"].get<std::int64_t>();
       for (std::int64_t i = b * kBatch; i < (b + 1) * kBatch; ++i)
         samples[e].push_back(shard[i].item<std::int64_t>());

@@ -376,10 +376,9 @@ TEST(SshJobFault, MinWorkersRestartsOnTheHostsThatRemainWithFewerWorkers) {
   EXPECT_EQ(count(m.out, "psrun: host " + m.d + " does not answer ssh"), 1) << m.out;
   EXPECT_EQ(count(m.out, "psrun: the restart runs 2 workers, not 3 (--min-workers 2)"), 1) << m.out;
   // Both remaining workers resume from the same round, a complete checkpoint at or after 4.
-  const std::string tag = "] RESUMED ";
   int resumed = -1;
   for (const auto& [rank, host] : {std::pair{0, m.b}, std::pair{1, m.c}}) {
-    const std::string prefix = "[worker " + std::to_string(rank) + "@" + host + tag;
+    const std::string prefix = "[worker " + std::to_string(rank) + "@" + host + "] RESUMED ";
     const auto at = m.out.find(prefix);
     ASSERT_NE(at, std::string::npos) << prefix << "\n" << m.out;
     const int round = std::stoi(m.out.substr(at + prefix.size()));
