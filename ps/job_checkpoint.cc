@@ -103,8 +103,9 @@ std::vector<std::byte> read_worker_part(const std::string& dir, std::uint64_t ro
   if (rank >= parts.size())
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("job checkpoint round {} of '{}' was written by {} workers, this "
-                            "worker has rank {}: resume with the same number of workers",
-                            round, dir, parts.size(), rank));
+                            "worker has rank {}: resume with at most {} workers (fewer "
+                            "resume too: psrun --min-workers)",
+                            round, dir, parts.size(), rank, parts.size()));
   std::vector<std::byte> bytes;
   if (!read_regular(path, kMaxPartBytes, bytes))
     throw Error(ErrorCode::kInvalidArgument, fmt::format("worker part '{}' is missing", path));

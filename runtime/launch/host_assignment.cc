@@ -173,4 +173,19 @@ HostAssignment move_off_hosts(const HostAssignment& p, const std::set<std::strin
   return moved;
 }
 
+HostAssignment drop_lost_workers(const HostAssignment& a, const std::set<std::string>& lost,
+                                 int min_workers) {
+  std::vector<std::string> workers;
+  for (const auto& h : a.workers)
+    if (!lost.count(h)) workers.push_back(h);
+  if (static_cast<int>(workers.size()) < min_workers)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} of the job's {} workers run on hosts that still answer, fewer "
+                            "than --min-workers {}",
+                            workers.size(), a.workers.size(), min_workers));
+  HostAssignment out = move_off_hosts(a, lost);
+  out.workers = std::move(workers);
+  return out;
+}
+
 }  // namespace psrt::launch

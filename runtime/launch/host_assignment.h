@@ -1,7 +1,8 @@
 // Which host runs each server and worker of a job that psrun starts on other hosts (--launcher
 // ssh): the hosts and their worker slots (-H host1:4,host2:4 or a hostfile of "host slots=N"
 // lines, as mpirun reads them), the round-robin assignment over them, and the assignment after
-// hosts are lost (a restart moves their processes to the others).
+// hosts are lost (a restart moves their processes to the others, or with psrun --min-workers
+// goes on without their workers).
 //
 //   auto a = psrt::launch::assign_hosts(psrt::launch::parse_host_list("a:2,b:2"), {}, 1, 4);
 //   // a.workers == {"a", "b", "a", "b"}, a.servers == {"a"}
@@ -48,5 +49,13 @@ std::vector<std::string> hosts_of(const HostAssignment& a);
 // (servers over the remaining hosts that ran servers, else over all remaining hosts; workers
 // likewise). Throws psrt::Error(kInvalidArgument) when no host remains.
 HostAssignment move_off_hosts(const HostAssignment& a, const std::set<std::string>& lost);
+
+// psrun --min-workers: `a` without the workers of the hosts in `lost` (the others keep their
+// order, so worker i is the i-th that remains) and with the servers of those hosts moved as
+// move_off_hosts moves them (a job checkpoint needs as many servers as before). Throws
+// psrt::Error(kInvalidArgument) when fewer than `min_workers` workers remain, naming how many
+// remain, of how many, and the minimum; or when no host remains.
+HostAssignment drop_lost_workers(const HostAssignment& a, const std::set<std::string>& lost,
+                                 int min_workers);
 
 }  // namespace psrt::launch

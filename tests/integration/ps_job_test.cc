@@ -407,6 +407,35 @@ TEST(JobFault, MaxRestartsGivesUpAfterKRestarts) {
   EXPECT_EQ(r.count("PASS resume"), 0) << r.out;
 }
 
+// --min-workers acts only where a restart can find hosts lost: refused elsewhere, naming why.
+TEST(Psrun, MinWorkersIsRefusedWhereItCannotAct) {
+  auto r = psrun("", "-n 3 --max-restarts 1 --min-workers 2", "exact");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("psrun: --min-workers 2 needs --launcher ssh: it acts when a restart finds "
+                    "hosts that no longer answer ssh (--launcher local has no hosts psrun can "
+                    "probe: its restarts run every worker again)"),
+            1)
+      << r.out;
+  r = psrun("", "--launcher ssh -H a,b,c -n 3 --min-workers 2", "exact");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("psrun: --min-workers 2 needs --max-restarts K: it says how a restart goes "
+                    "on after hosts are lost"),
+            1)
+      << r.out;
+  r = psrun("", "--launcher ssh -H a,b,c -n 3 --max-restarts 1 --min-workers 4", "exact");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(
+      r.count("psrun: --min-workers 4 is more than the job's 3 workers (-n): give at most -n"), 1)
+      << r.out;
+  r = psrun("", "--launcher ssh -H a,b,c -n 3 --max-restarts 1 --min-workers 1 --backup-workers 1",
+            "exact");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.count("psrun: --min-workers 1 must be more than --backup-workers 1: a round needs "
+                    "at least one gradient beyond the backup workers"),
+            1)
+      << r.out;
+}
+
 TEST(Psrun, HelpEnvListsTheContract) {
   auto log = scratch("help.txt");
   ASSERT_EQ(std::system((std::string(PSRUN_PATH) + " --help-env > " + log.string()).c_str()), 0);

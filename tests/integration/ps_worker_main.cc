@@ -29,7 +29,9 @@
 //                                                  psrun) with round K's push_pulls in flight
 //   ps_worker resume --rounds R --kill-after K     rank 0 SIGKILLs itself after K rounds; a
 //     [--request-round Q]                          rerun resumes from the checkpoint; rank 0
-//                                                  asks for one of round Q at the start
+//     [--workers-before N]                         asks for one of round Q at the start; the
+//                                                  rounds before the resume round had N
+//                                                  workers (psrun --min-workers)
 //   ps_worker attack --rounds R                    rank 0 sends bad input (attacker.cc); ranks
 //                                                  1, 2 check sum-mode rounds stay exact
 //   ps_worker guard                                2 workers, --skip-nonfinite: a NaN in one
@@ -95,7 +97,8 @@ struct Args {
   std::string scenario;
   int rounds = 3;
   int kill_after = -1;
-  int request_round = 0;  // resume: rank 0 asks for a checkpoint of this round at the start
+  int request_round = 0;   // resume: rank 0 asks for a checkpoint of this round at the start
+  int workers_before = 0;  // resume: the rounds before the resume round had this many workers
   std::vector<std::size_t> sizes = {1, 7, 1000, 4099};
   std::string stop_file;
   std::string start_file;
@@ -154,6 +157,8 @@ Args parse(int argc, char** argv) {
       a.kill_after = std::stoi(v);
     else if (k == "--request-round")
       a.request_round = std::stoi(v);
+    else if (k == "--workers-before")
+      a.workers_before = std::stoi(v);
     else if (k == "--stop-file")
       a.stop_file = v;
     else if (k == "--case")
@@ -247,9 +252,11 @@ void check_all(const std::vector<float>& got, std::size_t key, const char* what,
 constexpr psrt::Key kUnknownKey = 987654321;
 
 // Sync, mean over N workers, lr 1: after round t every element drops by
-// mean_r((r+1)(t+1) + i%7) = (t+1)(N+1)/2 + i%7.
+// mean_r((r+1)(t+1) + i%7) = (t+1)(N+1)/2 + i%7. A resumed job's rounds before `first_round`
+// had --workers-before workers when given.
 void exact(psrt::Worker& w, const Args& a, int first_round) {
   const int n = w.num_workers();
+  const int n_before = a.workers_before > 0 ? a.workers_before : n;
   std::map<std::size_t, std::vector<float>> weights, grads;
   for (std::size_t k = 0; k < a.sizes.size(); ++k) {
     std::vector<float> v(a.sizes[k]);
@@ -293,16 +300,17 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
       fail(std::string("version() of an unknown key: ") + e.what());
   }
   struct Ctx {
-    int n, rounds;
+    int n, rounds, n_before, first_round;
   };
   auto closed_form = [](std::size_t i, const void* c) {
     auto* x = static_cast<const Ctx*>(c);
     double sum = 0;
     for (int u = 0; u < x->rounds; ++u)
-      sum += (u + 1) * (x->n + 1) / 2.0 + static_cast<double>(i % 7);
+      sum += (u + 1) * ((u < x->first_round ? x->n_before : x->n) + 1) / 2.0 +
+             static_cast<double>(i % 7);
     return init_value(i) - sum;
   };
-  Ctx start{n, first_round};
+  Ctx start{n, first_round, n_before, first_round};
   for (auto& [k, v] : weights)
     check_all(v, k, "at the start", closed_form, &start);
   pid_t stopped = -1;
@@ -342,7 +350,7 @@ void exact(psrt::Worker& w, const Args& a, int first_round) {
     for (auto& [k, v] : weights)
       check_key_version(k, t + 1, "after the round's pull");
     if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
-    Ctx ctx{n, t + 1};
+    Ctx ctx{n, t + 1, n_before, first_round};
     for (auto& [k, v] : weights)
       check_all(v, k, "after a sync round", closed_form, &ctx);
     if (a.kill_server < 0 && a.kill_after == t + 1 && w.rank() == 0 &&

@@ -3,7 +3,8 @@
 // each host's own sshd. Exact results over tcp and ucx with the links' byte counters showing
 // that the gradients crossed them; a host killed, a link cut, psrun SIGKILLed: named errors
 // within the bound and no psrt process left on any host; a failed job restarted on its hosts
-// (--max-restarts); a wrong secret from another host.
+// (--max-restarts), and with --min-workers on the hosts that remain; a wrong secret from
+// another host.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -329,6 +330,92 @@ TEST(SshJobFault, ARestartMovesTheProcessesOfALostHostToTheOthers) {
             0)
       << "a psrt process was left on a host\n"
       << out;
+}
+
+// psrun --min-workers across hosts: servers on A, workers 0..2 on B, C, D, checkpoints every 2
+// rounds. Once round 6's checkpoint is being written (round 4's is complete then: round 6 needs
+// every worker's gradient sent after its pulls of round 5, and a round's pulls are answered only
+// once its checkpoint slices are on disk), D's link goes down; the restart finds D
+// gone and, with --min-workers 2, goes on with the workers of B and C (ranks 0 and 1) from the
+// latest complete checkpoint: the rounds before it are the mean over 3 workers, the rounds after
+// it the mean over 2, checked exactly on every element of every round. With --min-workers 3 the
+// restart is refused, naming the counts.
+struct MinWorkersJob {
+  Hosts hosts{4, {.sshd = true}};
+  std::filesystem::path dir = scratch("min_workers_ckpt");
+  std::string b = hosts.address(1), c = hosts.address(2), d = hosts.address(3);
+  std::string out;
+  int rc = -1;
+
+  void run(int min_workers, const std::string& log_name) {
+    ProcessGroup job(
+        psrun_on_host0(hosts, "PSRT_PEER_TIMEOUT_MS=3000",
+                       "--transport tcp -n 3 -s 2 --lr 1 --partition-bytes 4096 "
+                       "--checkpoint-every 2 --max-restarts 1 --min-workers " +
+                           std::to_string(min_workers) + " --checkpoint-dir " + dir.string() +
+                           " -H " + b + "," + c + "," + d + " --server-hosts " + hosts.address(0),
+                       "resume --rounds 40 --pace-ms 100 --workers-before 3 --sizes 7,5000"),
+        scratch(log_name));
+    const auto round6 = dir / "r000000000006";  // ps/checkpoint.cc round_dir
+    const auto end = Clock::now() + 60s;
+    while (!std::filesystem::exists(round6) && Clock::now() < end)
+      std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(std::filesystem::exists(round6)) << job.out();
+    hosts.link_down(3);
+    rc = job.wait(120s);
+    out = job.out();
+    show_verdict(out);
+  }
+};
+
+TEST(SshJobFault, MinWorkersRestartsOnTheHostsThatRemainWithFewerWorkers) {
+  SKIP_WITHOUT_HOSTS();
+  MinWorkersJob m;
+  m.run(2, "min_workers.txt");
+  ASSERT_EQ(m.rc, 0) << m.out;
+  EXPECT_EQ(count(m.out, "psrun: host " + m.d + " does not answer ssh"), 1) << m.out;
+  EXPECT_EQ(count(m.out, "psrun: the restart runs 2 workers, not 3 (--min-workers 2)"), 1) << m.out;
+  // Both remaining workers resume from the same round, a complete checkpoint at or after 4.
+  int resumed = -1;
+  for (const auto& [rank, host] : {std::pair{0, m.b}, std::pair{1, m.c}}) {
+    const std::string prefix = "[worker " + std::to_string(rank) + "@" + host + "] RESUMED ";
+    const auto at = m.out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << prefix << "\n" << m.out;
+    const int round = std::stoi(m.out.substr(at + prefix.size()));
+    if (resumed < 0) resumed = round;
+    EXPECT_EQ(round, resumed) << m.out;
+    EXPECT_EQ(count(m.out, prefix + std::to_string(round) + " (PSRT_RESUME_ROUND " +
+                               std::to_string(round) + ", PSRT_RESTART_COUNT 1)"),
+              1)
+        << m.out;
+  }
+  EXPECT_GE(resumed, 4) << m.out;
+  EXPECT_EQ(resumed % 2, 0) << m.out;
+  EXPECT_EQ(count(m.out, "[worker 2@"), count(m.out, "[worker 2@" + m.d)) << m.out;
+  EXPECT_EQ(count(m.out, "PASS resume"), 2) << m.out;
+  EXPECT_GE(wait_no_psrt_process(
+                m.hosts, std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)),
+            0)
+      << "a psrt process was left on a host\n"
+      << m.out;
+}
+
+TEST(SshJobFault, MinWorkersRefusesARestartWithFewerWorkersThanItNames) {
+  SKIP_WITHOUT_HOSTS();
+  MinWorkersJob m;
+  m.run(3, "min_workers_refused.txt");
+  EXPECT_NE(m.rc, 0) << m.out;
+  EXPECT_EQ(count(m.out,
+                  "psrun: 2 of the job's 3 workers run on hosts that still answer, fewer "
+                  "than --min-workers 3; not restarting"),
+            1)
+      << m.out;
+  EXPECT_EQ(count(m.out, "PSRT_RESTART_COUNT 1"), 0) << m.out;
+  EXPECT_GE(wait_no_psrt_process(
+                m.hosts, std::chrono::duration_cast<std::chrono::milliseconds>(kFaultBound)),
+            0)
+      << "a psrt process was left on a host\n"
+      << m.out;
 }
 
 // Workers that never exit by themselves (sleep): only the remote side can stop them.

@@ -208,6 +208,68 @@ TEST(JoinTrain, AJoinerTrainsFromTheNextEpochAndEveryEpochVisitsEachSampleOnce) 
 
 // The plan record (pstrain/epoch_plan.h): the sum of the records of ranks 0, 2 and 5 (rank 1
 // left, ranks 3 and 4 never came) names 3 workers, and each rank's part is its place among them.
+// A job resumed from a job checkpoint with fewer workers (what psrun --min-workers restarts):
+// 480 synthetic samples in batches of 8, 3 workers for 10 of epoch 0's 20 steps (checkpoint
+// round 10), then 2 workers from round 10 on the same --checkpoint-dir. They train the 240
+// samples of epoch 0 the 3 had not trained yet, cut in 2 parts (15 steps), then epoch 1 cut for 2
+// (30 steps): the samples of each epoch, rebuilt from the metrics, are the 480 once each.
+TEST(MinWorkersTrain, AJobResumedWithFewerWorkersTrainsTheRestOfTheEpochOnce) {
+  constexpr std::int64_t kSamples = 480, kBatch = 8;
+  const auto dir = scratch_dir("fewer");
+  const auto run = [&](int workers, const std::string& name, const std::string& more) {
+    return psrt::test::run_psrun_bounded(
+        "",
+        "--transport tcp -n " + std::to_string(workers) +
+            " -s 1 --checkpoint-every 5 --checkpoint-dir " + (dir / "ckpt").string(),
+        std::string(PSTRAIN_PATH) +
+            " --model lenet --dataset synthetic --synthetic-size 480 --batch-size 8 --epochs 2"
+            " --threads 1 --lr-schedule none --log-every 1000 --metrics " +
+            (dir / (name + "{rank}.jsonl")).string() + more,
+        std::chrono::seconds(180));
+  };
+  const psrt::test::Run first = run(3, "a", " --max-steps 10");
+  ASSERT_EQ(first.rc, 0) << first.out;
+  const psrt::test::Run second = run(2, "b", "");
+  ASSERT_EQ(second.rc, 0) << second.out;
+  EXPECT_NE(second.out.find("resumed from job checkpoint round 10 in " + (dir / "ckpt").string() +
+                            " at step 10 (epoch 0)"),
+            std::string::npos)
+      << second.out;
+  EXPECT_NE(second.out.find("epoch 0: the 240 samples its 3 workers had not trained yet are cut "
+                            "in 2 parts (the job resumed with 2 workers)"),
+            std::string::npos)
+      << second.out;
+
+  const psrt::pstrain::EpochPool rest = psrt::pstrain::remaining_pool({}, kSamples, 3, 10, kBatch);
+  std::map<std::int64_t, std::vector<std::int64_t>> samples;  // epoch -> samples trained
+  for (const auto& [name, workers] : {std::pair{"a", 3}, std::pair{"b", 2}})
+    for (int rank = 0; rank < workers; ++rank) {
+      SCOPED_TRACE(std::string(name) + std::to_string(rank));
+      const auto steps = lines_of(dir / (name + std::to_string(rank) + ".jsonl"), "loss");
+      ASSERT_EQ(steps.size(), workers == 3 ? 10u : 45u);
+      EXPECT_EQ(steps.back()["step"].get<std::int64_t>(), workers == 3 ? 10 : 55);
+      for (const auto& s : steps) {
+        const auto e = s["epoch"].get<std::int64_t>();
+        const auto b = s["batch"].get<std::int64_t>();
+        EXPECT_EQ(s["world"].get<int>(), workers) << s.dump();
+        EXPECT_EQ(s["part"].get<int>(), rank) << s.dump();
+        const bool cut_again = workers == 2 && e == 0;
+        const auto shard = psrt::pstrain::pool_shard(
+            kSamples, cut_again ? rest : psrt::pstrain::EpochPool{}, rank, workers, 1, e);
+        for (std::int64_t i = b * kBatch; i < (b + 1) * kBatch; ++i)
+          samples[e].push_back(shard[i].item<std::int64_t>());
+      }
+    }
+  ASSERT_EQ(samples.size(), 2u);
+  for (auto& [e, seen] : samples) {
+    std::sort(seen.begin(), seen.end());
+    std::vector<std::int64_t> all(kSamples);
+    for (std::int64_t i = 0; i < kSamples; ++i)
+      all[static_cast<std::size_t>(i)] = i;
+    EXPECT_EQ(seen, all) << "epoch " << e;
+  }
+}
+
 TEST(EpochPlan, TheSumOfTheWorkersRecordsIsThePlan) {
   using psrt::pstrain::EpochPlan;
   std::vector<float> sum(psrt::pstrain::encode_epoch_plan({}, 0).size(), 0.f);

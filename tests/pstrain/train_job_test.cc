@@ -22,6 +22,8 @@
 #include "psrt/error.h"
 #include "pstrain/checkpoint.h"
 #include "pstrain/device.h"
+#include "pstrain/job_checkpoint.h"
+#include "pstrain/models/model.h"
 
 namespace {
 
@@ -238,6 +240,40 @@ int latest_job_round(const fs::path& dir) {
       latest = std::max(latest, std::stoi(name.substr(1)));
   }
   return latest;
+}
+
+// A worker part keeps its epoch's cut (psrun --min-workers cuts the rest of the epoch from it);
+// a part written before pstrain kept it reads as world 0 (every epoch cut for the workers of the
+// start, as then).
+TEST(WorkerPart, KeepsTheEpochCutAndReadsAPartWithoutOne) {
+  auto model = psrt::pstrain::make_model("lenet", {});
+  const psrt::pstrain::WorkerPart part{25, "lenet", "synthetic", 3, 20, 2, {{5, 9}, {12, 40}}};
+  const auto back =
+      psrt::pstrain::decode_worker_part(encode_worker_part(part, *model), *model, "w0.part");
+  EXPECT_EQ(back.step, 25);
+  EXPECT_EQ(back.model, "lenet");
+  EXPECT_EQ(back.dataset, "synthetic");
+  EXPECT_EQ(back.epoch, 3);
+  EXPECT_EQ(back.first_step, 20);
+  EXPECT_EQ(back.world, 2);
+  EXPECT_EQ(back.pool, (psrt::pstrain::EpochPool{{5, 9}, {12, 40}}));
+
+  ::torch::serialize::OutputArchive old;  // the fields of a part before the epoch cut
+  old.write("step", ::torch::tensor(std::int64_t{7}, ::torch::kInt64));
+  old.write("model", ::torch::tensor(std::vector<std::int64_t>{'l', 'e', 'n', 'e', 't'}));
+  old.write("dataset", ::torch::tensor(std::vector<std::int64_t>{'s'}));
+  old.write("rng", ::at::detail::getDefaultCPUGenerator().get_state());
+  for (const auto& b : model->named_buffers(/*recurse=*/true))
+    old.write("buffer." + b.key(), b.value(), /*is_buffer=*/true);
+  std::ostringstream out;
+  old.save_to(out);
+  const std::string bytes = out.str();
+  const auto* p = reinterpret_cast<const std::byte*>(bytes.data());
+  const auto read = psrt::pstrain::decode_worker_part({p, p + bytes.size()}, *model, "old.part");
+  EXPECT_EQ(read.step, 7);
+  EXPECT_EQ(read.model, "lenet");
+  EXPECT_EQ(read.world, 0);
+  EXPECT_TRUE(read.pool.empty());
 }
 
 TEST(TrainJob, KilledWorkerResumesFromTheJobCheckpointBitForBitWithMomentum) {

@@ -97,5 +97,32 @@ TEST(HostAssignment, LostHostsGiveTheirProcessesToTheOthers) {
             "no host of the job answers ssh any more");
 }
 
+// psrun --min-workers: the workers of lost hosts are dropped (the others keep their order), the
+// servers of lost hosts still move, and too few workers left is refused with the counts.
+TEST(HostAssignment, MinWorkersDropsTheWorkersOfLostHostsAndKeepsTheServers) {
+  const HostAssignment a{{"s", "b"}, {"b", "c", "d", "b", "c"}};
+  const auto two_lost = drop_lost_workers(a, {"b"}, 3);
+  EXPECT_EQ(two_lost.workers, (Hosts{"c", "d", "c"}));
+  EXPECT_EQ(two_lost.servers, (Hosts{"s", "s"}));
+  const auto one_lost = drop_lost_workers(a, {"d"}, 1);
+  EXPECT_EQ(one_lost.workers, (Hosts{"b", "c", "b", "c"}));
+  EXPECT_EQ(one_lost.servers, a.servers);
+  const auto none_lost = drop_lost_workers(a, {}, 5);
+  EXPECT_EQ(none_lost.workers, a.workers);
+  EXPECT_EQ(none_lost.servers, a.servers);
+  // A lost host that ran servers only: its servers move, every worker stays.
+  const auto server_lost = drop_lost_workers(a, {"s"}, 5);
+  EXPECT_EQ(server_lost.workers, a.workers);
+  EXPECT_EQ(server_lost.servers, (Hosts{"b", "b"}));
+  EXPECT_EQ(error_of([] {
+              drop_lost_workers({{"s"}, {"b", "c", "d", "b", "c"}}, {"b", "d"}, 3);
+            }),
+            "2 of the job's 5 workers run on hosts that still answer, fewer than --min-workers 3");
+  EXPECT_EQ(error_of([] {
+              drop_lost_workers({{"b"}, {"b", "c"}}, {"b", "c"}, 1);
+            }),
+            "0 of the job's 2 workers run on hosts that still answer, fewer than --min-workers 1");
+}
+
 }  // namespace
 }  // namespace psrt::launch

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "base/interfaces.h"
 #include "base/log.h"
@@ -31,6 +32,7 @@
 #include "tools/psrun/bind.h"
 #include "tools/psrun/checkpoint_signal.h"
 #include "tools/psrun/env_forward.h"
+#include "tools/psrun/fault_options.h"
 #include "tools/psrun/host_loss.h"
 #include "tools/psrun/join.h"
 #include "tools/psrun/launch_options.h"
@@ -304,14 +306,17 @@ int run(const Args& a) {
 
   // The scheduler reads the variables its servers and workers get (their PSRT_SCHEDULER is not
   // known yet, and it does not read that one).
-  const ps::SchedulerConfig sc =
-      runtime::scheduler_config(join_host_port(where.address, a.port), secret,
-                                common_env(a, "", transport, secret, secure, interface));
+  Args job = a;  // --min-workers: a restart after hosts are lost may run fewer workers
+  auto config_of = [&](const Args& j) {
+    return runtime::scheduler_config(join_host_port(where.address, a.port), secret,
+                                     common_env(j, "", transport, secret, secure, interface));
+  };
+  ps::SchedulerConfig sc = config_of(job);
   log::set_prefix("scheduler");
   psrun::ObserveFlags observe = a.observe;
   psrun::finish_observe_flags(observe);
   const auto observation = psrun::start_observation(observe, where.address);
-  Attempt attempt{a, sc, transport, secret, interface, where, placement, observation};
+  Attempt attempt{job, sc, transport, secret, interface, where, placement, observation};
   psrun::install_checkpoint_signal(a.checkpoint_dir);
   for (int restart = 0;; ++restart) {
     const auto started = std::chrono::steady_clock::now();
@@ -326,8 +331,13 @@ int run(const Args& a) {
         restart + 1, a.fault.max_restarts,
         a.checkpoint_dir.empty() ? " from the start (no --checkpoint-dir)"
                                  : " from the latest complete checkpoint in " + a.checkpoint_dir);
-    if (placement && !psrun::move_off_lost_hosts(psrun::split_ssh_args(a.ssh.ssh_args), *placement))
+    if (placement && !psrun::move_off_lost_hosts(psrun::split_ssh_args(a.ssh.ssh_args),
+                                                 a.fault.min_workers, *placement))
       return rc;
+    if (placement && std::cmp_not_equal(placement->workers.size(), job.workers)) {
+      job.workers = static_cast<int>(placement->workers.size());
+      sc = config_of(job);  // the scheduler waits for the workers there are
+    }
   }
 }
 
@@ -369,6 +379,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   try {
     psrt::psrun::finish_fault_flags(a.fault, a.launcher);
     psrt::psrun::finish_elastic_flags(a.elastic, a.mode, a.workers, a.replicas);
+    psrt::psrun::check_min_workers(a.fault, a.launcher, a.workers, a.elastic.backup_workers);
     return run(a);
   } catch (const psrt::Error& e) {
     std::cerr << "psrun: " << e.what() << "\n";

@@ -29,6 +29,15 @@ std::vector<std::byte> encode_worker_part(const WorkerPart& part,
   archive.write("step", ::torch::tensor(part.step, ::torch::kInt64));
   archive.write("model", text_tensor(part.model));
   archive.write("dataset", text_tensor(part.dataset));
+  archive.write("epoch",
+                ::torch::tensor(std::vector<std::int64_t>{part.epoch, part.first_step, part.world},
+                                ::torch::kInt64));
+  std::vector<std::int64_t> spans;
+  for (const auto& span : part.pool) {
+    spans.push_back(span.begin);
+    spans.push_back(span.end);
+  }
+  archive.write("epoch_pool", ::torch::tensor(spans, ::torch::kInt64));
   archive.write("rng", ::at::detail::getDefaultCPUGenerator().get_state());
   for (const auto& b : model.named_buffers(/*recurse=*/true))
     archive.write("buffer." + b.key(), b.value().detach().to(::torch::kCPU), /*is_buffer=*/true);
@@ -55,6 +64,16 @@ WorkerPart decode_worker_part(const std::vector<std::byte>& bytes, ::torch::nn::
     part.step = read("step").item<std::int64_t>();
     part.model = tensor_text(read("model"));
     part.dataset = tensor_text(read("dataset"));
+    if (::torch::Tensor cut; archive.try_read("epoch", cut)) {
+      if (cut.numel() != 3 || cut[2].item<std::int64_t>() < 1)
+        throw Error(ErrorCode::kInvalidArgument, what + ": a bad epoch record");
+      part.epoch = cut[0].item<std::int64_t>();
+      part.first_step = cut[1].item<std::int64_t>();
+      part.world = static_cast<int>(cut[2].item<std::int64_t>());
+      const ::torch::Tensor spans = read("epoch_pool").contiguous();
+      for (std::int64_t i = 0; i + 1 < spans.numel(); i += 2)
+        part.pool.push_back({spans[i].item<std::int64_t>(), spans[i + 1].item<std::int64_t>()});
+    }
     ::at::Generator gen = ::at::detail::getDefaultCPUGenerator();  // a handle on the default one
     gen.set_state(read("rng"));
     ::torch::NoGradGuard no_grad;

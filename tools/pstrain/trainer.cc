@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "base/log.h"
 #include "ps/job_checkpoint.h"
@@ -121,18 +122,24 @@ struct Schedule {
   std::int64_t eval_every = 0;        // the same
   std::int64_t batch = 0;             // per worker
   EpochPlan epoch;                    // the epoch the steps are in now
+  // The samples `epoch` is cut from (pstrain/data/shard.h); empty: all of them. Only the epoch
+  // a job of fewer workers resumed in has less (psrun --min-workers).
+  EpochPool pool;
   std::int64_t epoch_end() const { return epoch.first_step + per_epoch; }
 };
 
+// Enters the epoch of `plan`, cut from s.pool.
 void enter_epoch(Schedule& s, const TrainOptions& o, const EpochPlan& plan) {
-  if (s.samples < plan.world)
+  const std::int64_t size = pool_size(s.pool, s.samples);
+  if (size < plan.world)
     throw Error(
         ErrorCode::kInvalidArgument,
-        fmt::format("{} training samples cannot be shared by {} workers", s.samples, plan.world));
+        fmt::format("{} training samples cannot be shared by {} workers", size, plan.world));
   s.epoch = plan;
-  s.per_epoch = steps_per_epoch(s.samples, plan.world, o.batch_size);
-  s.batch = std::min(o.batch_size, s.samples / plan.world);
-  s.total = plan.first_step + (o.epochs - plan.epoch) * s.per_epoch;
+  s.per_epoch = steps_per_epoch(size, plan.world, o.batch_size);
+  s.batch = std::min(o.batch_size, size / plan.world);
+  s.total = plan.first_step + s.per_epoch +
+            (o.epochs - plan.epoch - 1) * steps_per_epoch(s.samples, plan.world, o.batch_size);
   if (o.max_steps > 0) s.total = std::min(s.total, o.max_steps);
 }
 
@@ -141,6 +148,32 @@ EpochPlan fixed_epoch(const TrainOptions& o, std::int64_t n, std::int64_t step, 
                       std::int64_t step_base) {
   const std::int64_t per = steps_per_epoch(n, world, o.batch_size);
   return {step / per, step / per * per, step_base, world, rank};
+}
+
+// The epoch of a job resumed at `part.step` from `part` (a job checkpoint's), for worker `rank`
+// of `world`: the part's epoch as it was cut when the workers are as many as then; the next
+// epoch when the part's was done; else (psrun --min-workers restarted it with fewer workers) the
+// part's epoch again, from the resumed step on, cut from the samples its workers had not
+// trained yet (remaining_pool), so that the epoch still trains each of its samples once.
+void resume_epoch(Schedule& s, const TrainOptions& o, const WorkerPart& part, int rank, int world,
+                  std::int64_t step_base) {
+  s.pool = part.pool;
+  enter_epoch(s, o, {part.epoch, part.first_step, step_base, part.world, 0});
+  if (part.step >= s.epoch_end()) {
+    s.pool.clear();
+    enter_epoch(s, o, {part.epoch + 1, s.epoch_end(), step_base, world, rank});
+  } else if (part.world == world) {
+    s.epoch.part = rank;
+  } else {
+    s.pool =
+        remaining_pool(part.pool, s.samples, part.world, part.step - part.first_step, o.batch_size);
+    enter_epoch(s, o, {part.epoch, part.step, step_base, world, rank});
+    if (rank == 0)
+      PSRT_LOG_INFO(
+          "epoch {}: the {} samples its {} workers had not trained yet are cut in {} parts "
+          "(the job resumed with {} workers)",
+          part.epoch, pool_size(s.pool, s.samples), part.world, world, world);
+  }
 }
 
 // One training run: set up in the constructor, then run().
@@ -162,6 +195,7 @@ class TrainRun {
   void straggle();
   void checkpoint();
   // The job checkpoint (pstrain/job_checkpoint.h): resume from round `round`, write this step's.
+  // Sets resumed_.
   std::int64_t resume_from_job(std::uint64_t round);
   void job_checkpoint();
   void evaluate_now();
@@ -196,6 +230,7 @@ class TrainRun {
   // on demand). Empty: none.
   std::string job_dir_;
   std::int64_t job_every_ = 0;
+  std::optional<WorkerPart> resumed_;  // the part this worker resumed from, if any
   Schedule sched_;
   std::optional<MetricsFile> metrics_;
   std::optional<Progress> progress_;
@@ -272,19 +307,21 @@ TrainRun::TrainRun(const TrainOptions& o)
   }
   first_step_ = step_;
   planner_ = make_planner(*opt_, by_round_, !job_dir_.empty());
-  if (!job_dir_.empty() && opt_->resume_round() > 0 && rank_ == 0) {
-    opt_->synchronize();
-    PSRT_LOG_INFO("resumed from job checkpoint round {} in {} at step {} (epoch {}), weights {}",
-                  opt_->resume_round(), job_dir_, step_,
-                  step_ / steps_per_epoch(data_.train.images.size(0), world_, o.batch_size),
-                  weights_digest(*model_));
-  }
   sched_.samples = data_.train.images.size(0);
   sched_.checkpoint_every = o.checkpoint_every;
   sched_.eval_every = o.eval_every;
-  enter_epoch(
-      sched_, o,
-      fixed_epoch(o, sched_.samples, step_, rank_, world_, std::max<std::int64_t>(0, round_base_)));
+  if (resumed_ && resumed_->world > 0)
+    resume_epoch(sched_, o, *resumed_, rank_, world_, std::max<std::int64_t>(0, round_base_));
+  else
+    enter_epoch(sched_, o,
+                fixed_epoch(o, sched_.samples, step_, rank_, world_,
+                            std::max<std::int64_t>(0, round_base_)));
+  if (!job_dir_.empty() && opt_->resume_round() > 0 && rank_ == 0) {
+    opt_->synchronize();
+    PSRT_LOG_INFO("resumed from job checkpoint round {} in {} at step {} (epoch {}), weights {}",
+                  opt_->resume_round(), job_dir_, step_, sched_.epoch.epoch,
+                  weights_digest(*model_));
+  }
   metrics_.emplace(metrics_path(o.metrics, rank_));
   if (rank_ == 0 && !o.train_dir.empty()) {
     std::error_code ignored;  // pseval --watch must not take an earlier run's DONE for this one
@@ -341,6 +378,7 @@ void TrainRun::next_epoch() {
     const EpochPlan& e = sched_.epoch;
     EpochPlan p{e.epoch + 1, sched_.epoch_end(), e.step_base, e.world, e.part};
     if (planner_) p = planner_->agree(p.epoch, p.first_step, p.step_base);
+    sched_.pool.clear();  // every epoch after a resumed one is cut from all the samples
     if (p.world != e.world && rank_ == 0)
       progress_->note(fmt::format("epoch {}: {} workers (was {}): the data is cut in {} parts",
                                   p.epoch, p.world, e.world, p.world));
@@ -400,7 +438,7 @@ void TrainRun::train_step() {
   const std::int64_t epoch = plan.epoch;
   const std::int64_t index = step_ - plan.first_step;
   if (epoch != shard_epoch_) {
-    shard_ = epoch_shard(sched_.samples, plan.part, plan.world, o_.seed, epoch);
+    shard_ = pool_shard(sched_.samples, sched_.pool, plan.part, plan.world, o_.seed, epoch);
     shard_epoch_ = epoch;
   }
   const Batch b = make_batch(data_.train, shard_, index * sched_.batch, sched_.batch,
@@ -477,7 +515,7 @@ void TrainRun::checkpoint() {
 
 std::int64_t TrainRun::resume_from_job(std::uint64_t round) {
   const std::string what = ps::worker_part_path(job_dir_, round, static_cast<std::uint32_t>(rank_));
-  const WorkerPart part = decode_worker_part(
+  WorkerPart part = decode_worker_part(
       ps::read_worker_part(job_dir_, round, static_cast<std::uint32_t>(rank_)), *model_, what);
   if (part.step != static_cast<std::int64_t>(round) || part.model != o_.model ||
       part.dataset != o_.dataset)
@@ -486,7 +524,8 @@ std::int64_t TrainRun::resume_from_job(std::uint64_t round) {
         fmt::format("{} holds step {} of {} on {}, not round {} of {} on {}: resume "
                     "with the same --model and --dataset, or another --checkpoint-dir",
                     what, part.step, part.model, part.dataset, round, o_.model, o_.dataset));
-  return part.step;
+  resumed_ = std::move(part);
+  return resumed_->step;
 }
 
 // Every worker writes its part once the servers applied this step (their slices of this round
@@ -495,8 +534,11 @@ std::int64_t TrainRun::resume_from_job(std::uint64_t round) {
 void TrainRun::job_checkpoint() {
   opt_->synchronize();
   const auto round = static_cast<std::uint64_t>(step_);
-  ps::write_worker_part(job_dir_, round, static_cast<std::uint32_t>(rank_),
-                        encode_worker_part({step_, o_.model, o_.dataset}, *model_));
+  ps::write_worker_part(
+      job_dir_, round, static_cast<std::uint32_t>(rank_),
+      encode_worker_part({step_, o_.model, o_.dataset, sched_.epoch.epoch, sched_.epoch.first_step,
+                          sched_.epoch.world, sched_.pool},
+                         *model_));
   opt_->barrier();
   if (rank_ != 0) return;
   try {

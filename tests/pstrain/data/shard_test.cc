@@ -91,5 +91,55 @@ TEST(StepsPerEpoch, DropsThePartialBatchButTakesAtLeastOne) {
                     "3 samples cannot be split across 4 workers");
 }
 
+// The samples each of `world` workers trains in steps [from, to) of a pool cut for them.
+std::vector<int64_t> trained(const EpochPool& pool, int world, int64_t from, int64_t to,
+                             int64_t batch) {
+  std::vector<int64_t> out;
+  for (int rank = 0; rank < world; ++rank) {
+    const std::vector<int64_t> part = int_values(pool_shard(1000, pool, rank, world, 7, 2));
+    out.insert(out.end(), part.begin() + from * batch, part.begin() + to * batch);
+  }
+  return out;
+}
+
+TEST(EpochPool, TheWholePermutationIsEpochShardBitForBit) {
+  EXPECT_EQ(pool_size({}, 1000), 1000);
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_EQ(int_values(pool_shard(1000, {}, rank, 3, 7, 2)),
+              int_values(epoch_shard(1000, rank, 3, 7, 2)));
+}
+
+// 1000 samples, batch 10: 3 workers train 33 steps of 333-sample parts (330 each). After 5
+// steps the 2 workers that remain train the 3 x 280 samples not trained yet, in 42 steps each:
+// the epoch trains exactly the 990 samples it would have trained with 3, each once. Cut again
+// after 7 of those steps, for 1 worker, the rest is again what had not been trained.
+TEST(EpochPool, TheRestOfAnEpochIsCutForFewerWorkersAndEverySampleTrainsOnce) {
+  const EpochPool rest = remaining_pool({}, 1000, 3, 5, 10);
+  EXPECT_EQ(rest, (EpochPool{{50, 330}, {383, 663}, {716, 996}}));
+  EXPECT_EQ(pool_size(rest, 1000), 840);
+  EXPECT_EQ(steps_per_epoch(pool_size(rest, 1000), 2, 10), 42);
+  std::vector<int64_t> seen = trained({}, 3, 0, 5, 10);
+  const std::vector<int64_t> after = trained(rest, 2, 0, 42, 10);
+  seen.insert(seen.end(), after.begin(), after.end());
+  std::vector<int64_t> planned = trained({}, 3, 0, 33, 10);
+  std::sort(seen.begin(), seen.end());
+  std::sort(planned.begin(), planned.end());
+  EXPECT_EQ(seen.size(), 990u);
+  EXPECT_EQ(seen, planned);
+
+  const EpochPool again = remaining_pool(rest, 1000, 2, 7, 10);
+  EXPECT_EQ(again, (EpochPool{{120, 330}, {383, 523}, {593, 663}, {716, 996}}));
+  std::vector<int64_t> twice = trained(rest, 2, 0, 7, 10);
+  const std::vector<int64_t> last = trained(again, 1, 0, 70, 10);
+  twice.insert(twice.end(), last.begin(), last.end());
+  std::vector<int64_t> rest_planned = after;
+  std::sort(twice.begin(), twice.end());
+  std::sort(rest_planned.begin(), rest_planned.end());
+  EXPECT_EQ(twice, rest_planned);
+
+  EXPECT_TRUE(remaining_pool({}, 1000, 3, 33, 10).empty());  // the epoch's steps are done
+  EXPECT_TRUE(remaining_pool(rest, 1000, 2, 50, 10).empty());
+}
+
 }  // namespace
 }  // namespace psrt::pstrain
