@@ -9,8 +9,8 @@ namespace {
 
 // UCX transports (and aliases) that never leave the host.
 constexpr std::array<std::string_view, 14> kHostLocal = {
-    "self", "sm",       "shm",      "posix",     "sysv",     "mm",   "cma",
-    "knem", "xpmem",    "cuda_copy", "cuda_ipc", "rocm_copy", "rocm_ipc", "cuda"};
+    "self", "sm",    "shm",       "posix",    "sysv",      "mm",       "cma",
+    "knem", "xpmem", "cuda_copy", "cuda_ipc", "rocm_copy", "rocm_ipc", "cuda"};
 
 bool host_local(std::string_view tl) {
   return std::find(kHostLocal.begin(), kHostLocal.end(), tl) != kHostLocal.end();

@@ -24,7 +24,7 @@ TEST(ByteStreams, UcxWithItsDefaultRdmaOrAnUnknownListIsNot) {
   EXPECT_FALSE(moves_as_byte_streams("ucx", "tcp,ud_x"));
   EXPECT_FALSE(moves_as_byte_streams("ucx", "dc_mlx5,sm,tcp"));
   EXPECT_FALSE(moves_as_byte_streams("ucx", "ib"));
-  EXPECT_FALSE(moves_as_byte_streams("ucx", "^rc,ud"));  // an exclusion list keeps the rest
+  EXPECT_FALSE(moves_as_byte_streams("ucx", "^rc,ud"));   // an exclusion list keeps the rest
   EXPECT_FALSE(moves_as_byte_streams("ucx", "sm,self"));  // no network transport at all
   EXPECT_FALSE(moves_as_byte_streams("ucx", "tcpx"));     // no such transport: not tcp
   EXPECT_FALSE(moves_as_byte_streams("inproc", "tcp"));
