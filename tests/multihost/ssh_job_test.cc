@@ -154,6 +154,11 @@ TEST_P(SshJob, ThreeHostsSumExactlyAndTheGradientsCrossTheLinks) {
         "[worker 1@" + b + "] PASS", "[worker 2@" + c + "] PASS", "[worker 3@" + a + "] PASS"})
     EXPECT_NE(out.find(placed), std::string::npos) << placed << "\n" << out;
   EXPECT_NE(out.find("scheduler at " + a + ":"), std::string::npos) << out;
+  // Across hosts over byte streams psrun paces the job (tools/psrun/pacing.h), but the slices
+  // given by --partition-bytes stay: only the send window is psrun's.
+  EXPECT_NE(out.find("the job spans 3 hosts over TCP byte streams: PSRT_SEND_WINDOW=131072 ("),
+            std::string::npos)
+      << out;
   const auto after = traffic(hosts);
   // Host A's two workers push `rounds` gradients of every size to B and C and pull the weights.
   const std::uint64_t grads = 2ull * rounds * static_cast<std::uint64_t>(floats) * 4;
@@ -180,6 +185,10 @@ TEST_P(SshJob, AsyncAppliesEveryPushOnceAcrossHosts) {
   const int rc = job.wait(120s);
   ASSERT_EQ(rc, 0) << job.out();
   EXPECT_EQ(count(job.out(), "PASS async"), 4) << job.out();
+  EXPECT_NE(job.out().find("the job spans 3 hosts over TCP byte streams: balanced slices of at "
+                           "most 131072 B and PSRT_SEND_WINDOW=131072 ("),
+            std::string::npos)
+      << job.out();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, SshJob, ::testing::Values("tcp", "ucx"));

@@ -38,6 +38,7 @@
 #include "tools/psrun/launch_options.h"
 #include "tools/psrun/observe.h"
 #include "tools/psrun/options.h"
+#include "tools/psrun/pacing.h"
 #include "tools/psrun/preflight_hosts.h"
 #include "tools/psrun/role_from_env.h"
 #include "tools/psrun/ssh_options.h"
@@ -139,6 +140,7 @@ Env common_env(const Args& a, const std::string& scheduler, const std::string& t
       {"PSRT_BACKUP_WORKERS", std::to_string(a.elastic.backup_workers)},
   };
   if (!interface.empty()) common.emplace_back("PSRT_INTERFACE", interface);
+  if (a.send_window > 0) common.emplace_back("PSRT_SEND_WINDOW", std::to_string(a.send_window));
   // --env, and PYTHONPATH/CUDA_*/NCCL_* by default: every launcher hands `common` to every
   // process. A name psrun sets (here, or per process) is refused.
   std::vector<std::string> reserved = {
@@ -271,13 +273,16 @@ int run_attempt(const Attempt& at, int restart) {
   return rc;
 }
 
-int run(const Args& a) {
+int run(const Args& given) {
   using namespace psrt;
-  ps::parse_mode(a.mode);            // validates
-  auto placement = placement_of(a);  // moved off lost hosts before a restart
-  const std::string secret = runtime::job_secret(runtime::NoSecret::kGenerate, a.secret_file);
-  std::string transport = a.transport;
+  ps::parse_mode(given.mode);            // validates
+  auto placement = placement_of(given);  // moved off lost hosts before a restart
+  const std::string secret = runtime::job_secret(runtime::NoSecret::kGenerate, given.secret_file);
+  std::string transport = given.transport;
   if (transport.empty()) transport = transport::available_backends().front();
+  Args paced = given;
+  psrun::pace_across_hosts(paced, transport, placement, psrun::send_window_set(given.env));
+  const Args& a = paced;
   const std::string interface =
       a.interface.empty() ? runtime::env_string("PSRT_INTERFACE") : a.interface;
   const InterfaceAddress where = scheduler_interface(

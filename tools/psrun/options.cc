@@ -151,7 +151,8 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
   add_sgd_options(app, a);
   app.add_option("--partition-bytes", a.partition_bytes,
                  "max bytes of one slice of a tensor (giving it makes --sharding fixed unless "
-                 "--sharding is given)")
+                 "--sharding is given; not given, an ssh job across hosts over tcp or "
+                 "UCX_TLS=tcp gets 131072 and PSRT_SEND_WINDOW=131072)")
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 31))
       ->capture_default_str();
   app.add_option("--sharding", a.sharding,
@@ -198,8 +199,8 @@ void add_options(CLI::App& app, Args& a, bool& help_env) {
 }
 
 std::optional<int> finish_options(const CLI::App& app, Args& a, const std::string& self_exe) {
-  a.balanced_cut =
-      a.sharding.empty() ? app.count("--partition-bytes") == 0 : a.sharding == "balanced";
+  a.partition_given = app.count("--partition-bytes") > 0;
+  a.balanced_cut = a.sharding.empty() ? !a.partition_given : a.sharding == "balanced";
   if (app.count("--role-from-env") > 0) {
     std::cerr << "psrun: --role-from-env must be psrun's first argument: psrun --role-from-env "
                  "[--] COMMAND [ARGS...] (it takes no other flag)\n";

@@ -35,6 +35,9 @@ struct Args {
   bool skip_nonfinite = false;
   std::string aggregate = "mean";
   std::size_t partition_bytes = std::size_t{4} << 20;
+  bool partition_given = false;  // --partition-bytes on the command line
+  // PSRT_SEND_WINDOW handed to every process when not 0 (tools/psrun/pacing.h sets it).
+  std::size_t send_window = 0;
   // --sharding (PSRT_SHARDING): balanced, or fixed; default balanced unless --partition-bytes
   // is given.
   std::string sharding;
