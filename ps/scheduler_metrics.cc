@@ -8,20 +8,11 @@
 #include "ps/job_metrics.h"
 #include "ps/job_timeline.h"
 #include "ps/scheduler.h"
+#include "transport/socket.h"
 
 namespace psrt::ps {
-namespace {
 
-// The host part of a peer's "host:port" (or "[v6]:port") address.
-std::string host_of(const std::string& address) {
-  auto colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return host;
-}
-
-}  // namespace
+using transport::host_of;
 
 void Scheduler::set_observers(std::shared_ptr<JobMetrics> metrics,
                               std::shared_ptr<JobTimeline> timeline) {

@@ -91,6 +91,14 @@ void Fd::reset() noexcept {
   fd_ = -1;
 }
 
+std::string host_of(const std::string& address) {
+  auto colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 HostPort parse_address(const std::string& address) {
   auto colon = address.rfind(':');
   auto bad = [&](const char* why) {

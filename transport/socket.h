@@ -18,6 +18,10 @@ struct HostPort {
 // Throws psrt::Error(kInvalidArgument) that quotes the string and says the expected form.
 HostPort parse_address(const std::string& address);
 
+// The host part of a peer's "host:port" or "[v6]:port" (brackets dropped), for counting and
+// naming peers per host; the whole string when it has no ':'. Never throws.
+std::string host_of(const std::string& address);
+
 // Owns one file descriptor.
 class Fd {
  public:

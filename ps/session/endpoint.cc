@@ -18,12 +18,6 @@ std::int64_t now_ticks() {
   return std::chrono::steady_clock::now().time_since_epoch().count();
 }
 
-// "10.0.0.3" of "10.0.0.3:41234": the unit the per-host cap counts.
-std::string host_of(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
 // Refusals after an exception (std::bad_alloc under a memory limit) come at the rate peers send:
 // logged at a bounded rate, with a count of the lines suppressed.
 log::RateLimit& exception_log_limit() {
@@ -161,7 +155,7 @@ void Endpoint::on_connected(const std::shared_ptr<transport::Connection>& conn) 
   {
     std::lock_guard lock(mu_);
     if (dialling_.count(conn->peer())) return;  // the connection connect() is making
-    const std::string host = host_of(conn->peer());
+    const std::string host = transport::host_of(conn->peer());  // the per-host cap's unit
     auto& on_host = pending_by_host_[host];
     if (pending_total_ >= admission_.max_pending) {
       refused = fmt::format(

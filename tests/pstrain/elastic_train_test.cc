@@ -206,8 +206,6 @@ TEST(JoinTrain, AJoinerTrainsFromTheNextEpochAndEveryEpochVisitsEachSampleOnce) 
   EXPECT_EQ(last_step, steps);
 }
 
-// The plan record (pstrain/epoch_plan.h): the sum of the records of ranks 0, 2 and 5 (rank 1
-// left, ranks 3 and 4 never came) names 3 workers, and each rank's part is its place among them.
 // A job resumed from a job checkpoint with fewer workers (what psrun --min-workers restarts):
 // 480 synthetic samples in batches of 8, 3 workers for 10 of epoch 0's 20 steps (checkpoint
 // round 10), then 2 workers from round 10 on the same --checkpoint-dir. They train the 240
@@ -270,6 +268,8 @@ TEST(MinWorkersTrain, AJobResumedWithFewerWorkersTrainsTheRestOfTheEpochOnce) {
   }
 }
 
+// The plan record (pstrain/epoch_plan.h): the sum of the records of ranks 0, 2 and 5 (rank 1
+// left, ranks 3 and 4 never came) names 3 workers, and each rank's part is its place among them.
 TEST(EpochPlan, TheSumOfTheWorkersRecordsIsThePlan) {
   using psrt::pstrain::EpochPlan;
   std::vector<float> sum(psrt::pstrain::encode_epoch_plan({}, 0).size(), 0.f);

@@ -1,6 +1,10 @@
 #include "tools/psrun/pacing.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "transport/byte_streams.h"
@@ -9,17 +13,22 @@ namespace psrt::psrun {
 
 bool pace_across_hosts(Args& a, const std::string& transport,
                        const std::optional<launch::HostAssignment>& placement, bool window_set) {
-  if (!placement || launch::hosts_of(*placement).size() < 2) return false;
-  if (!transport::moves_as_byte_streams(transport)) return false;
-  const bool cut = a.balanced_cut && !a.partition_given;
-  if (cut) a.partition_bytes = kAcrossHostsSliceBytes;
-  if (!window_set) a.send_window = kAcrossHostsSliceBytes;
-  if (!cut && window_set) return false;
+  const std::size_t hosts = placement ? launch::hosts_of(*placement).size() : 0;
+  if (hosts < 2 || !transport::moves_as_byte_streams(transport)) return false;
+  std::vector<std::string> set;
+  if (a.balanced_cut && !a.partition_given) {
+    a.partition_bytes = kAcrossHostsSliceBytes;
+    set.push_back(fmt::format("balanced slices of at most {} B", kAcrossHostsSliceBytes));
+  }
+  if (!window_set) {
+    a.send_window = kAcrossHostsSliceBytes;
+    set.push_back(fmt::format("PSRT_SEND_WINDOW={}", kAcrossHostsSliceBytes));
+  }
+  if (set.empty()) return false;
   PSRT_LOG_INFO(
-      "the job spans {} hosts over TCP byte streams: {}{}{} (docs/performance.md; give "
+      "the job spans {} hosts over TCP byte streams: {} (docs/performance.md; give "
       "--partition-bytes or PSRT_SEND_WINDOW to choose otherwise)",
-      launch::hosts_of(*placement).size(), cut ? "balanced slices of at most 131072 B" : "",
-      cut && !window_set ? " and " : "", window_set ? "" : "PSRT_SEND_WINDOW=131072");
+      hosts, fmt::join(set, " and "));
   return true;
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "transport/socket.h"
+
 namespace psrt::transport::ucx {
 namespace {
 
@@ -12,14 +14,6 @@ std::atomic<std::uint64_t> g_endpoints{0};
 std::atomic<std::uint64_t> g_refused{0};
 
 }  // namespace
-
-std::string host_of(const std::string& peer) {
-  auto colon = peer.rfind(':');
-  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return host;
-}
 
 std::string HelloAdmission::admit(const std::string& peer) {
   const std::string host = host_of(peer);

@@ -46,9 +46,6 @@ class HelloAdmission {
   std::unordered_map<std::string, Bucket> buckets_;
 };
 
-// The host part of "host:port" or "[v6]:port".
-std::string host_of(const std::string& peer);
-
 // Process-wide counts of the UCX bootstrap: endpoints created (either end) and bootstrap
 // sockets refused (over a cap, a bad or unproven HELLO, too slow). For tests and diagnostics.
 struct HelloStats {
