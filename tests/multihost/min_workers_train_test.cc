@@ -83,12 +83,13 @@ TEST(MinWorkersTrain, PstrainGoesOnWithTheHostsThatRemainAndTrainsEachSampleOnce
   const std::int64_t cut_epoch = resumed / kPer3, done = resumed % kPer3;
   // The rest of R's epoch: 3 parts of 160 samples, each with 8 x done trained.
   const std::int64_t rest_steps = done == 0 ? 0 : (3 * (160 - kBatch * done) / 2) / kBatch;
-  if (done > 0)
+  if (done > 0) {
     EXPECT_EQ(count(out, "epoch " + std::to_string(cut_epoch) + ": the " +
                              std::to_string(3 * (160 - kBatch * done)) +
                              " samples its 3 workers had not trained yet are cut in 2 parts"),
               1)
         << out;
+  }
   const std::int64_t last = done == 0 ? resumed + (kEpochs - cut_epoch) * kPer2
                                       : resumed + rest_steps + (kEpochs - cut_epoch - 1) * kPer2;
   std::printf("resumed from round %lld (step %lld of epoch %lld) with 2 workers, last step %lld\n",
@@ -101,7 +102,9 @@ TEST(MinWorkersTrain, PstrainGoesOnWithTheHostsThatRemainAndTrainsEachSampleOnce
     SCOPED_TRACE("worker " + std::to_string(rank));
     const auto steps = steps_of(dir / ("m" + std::to_string(rank) + ".jsonl"));
     ASSERT_FALSE(steps.empty());
-    if (rank < 2) EXPECT_EQ(steps.back()["step"].get<std::int64_t>(), last) << out;
+    if (rank < 2) {
+      EXPECT_EQ(steps.back()["step"].get<std::int64_t>(), last) << out;
+    }
     for (const auto& s : steps) {
       const int world = s["world"].get<int>();
       const auto step = s["step"].get<std::int64_t>(), e = s["epoch"].get<std::int64_t>();
