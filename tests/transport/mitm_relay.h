@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,7 +33,8 @@ enum class Tamper {
   kCapture,
   kSplice,
   kInjectForgedHeader,
-  kInjectForgedPayload
+  kInjectForgedPayload,
+  kSwapPayloadHalves  // the payload's two halves trade places (the secure mode's segments)
 };
 
 // A frame one relay captured (kCapture) for another to send instead of its own (kSplice).
@@ -79,6 +81,11 @@ class Relay {
         if (tamper_ == Tamper::kFlipHeader) frame[kPrefix + header_len - 17] ^= std::byte{0x01};
         if (tamper_ == Tamper::kFlipPayload)
           frame[kPrefix + header_len + payload_len / 2] ^= std::byte{0x80};
+        if (tamper_ == Tamper::kSwapPayloadHalves) {
+          const auto first = frame.begin() + static_cast<std::ptrdiff_t>(kPrefix + header_len);
+          const auto half = static_cast<std::ptrdiff_t>(payload_len / 2);
+          std::swap_ranges(first, first + half, first + half);
+        }
         if (tamper_ == Tamper::kDrop) continue;
         if (tamper_ == Tamper::kInjectForgedHeader || tamper_ == Tamper::kInjectForgedPayload) {
           std::vector<std::byte> forged = frame;

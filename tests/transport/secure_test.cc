@@ -17,8 +17,10 @@
 #include "mitm_relay.h"
 #include "transport/secure/connection.h"
 #include "transport/secure/context.h"
+#include "transport/secure/crypt_pool.h"
 #include "transport/secure/crypto.h"
 #include "transport/secure/handshake.h"
+#include "transport/secure/segments.h"
 #include "transport/socket.h"
 #include "transport/wire.h"
 
@@ -96,6 +98,97 @@ TEST(SecureCrypto, SealedBytesOpenOnlyUnderTheSameKeyDomainAndSequence) {
   EXPECT_FALSE(open(Domain::kPayload, 41, flipped, key).first) << "one flipped bit";
 }
 
+TEST(SecureCrypto, ASegmentOpensOnlyUnderItsOwnIndex) {
+  using namespace secure;
+  Key key{};
+  key[3] = std::byte{5};
+  auto plain = pattern(4096, 9);
+  std::vector<std::byte> sealed(plain.size());
+  Aead seal(key, true);
+  seal.begin(Domain::kPayload, 7, 1);
+  seal.crypt(plain.data(), sealed.data(), plain.size());
+  const Tag tag = seal.seal_tag();
+  auto opens = [&](Domain d, std::uint32_t segment) {
+    auto bytes = sealed;
+    Aead opener(key, false);
+    opener.begin(d, 7, segment);
+    opener.crypt(bytes.data(), bytes.data(), bytes.size());
+    return opener.open_tag(tag) && bytes == plain;
+  };
+  EXPECT_TRUE(opens(Domain::kPayload, 1));
+  EXPECT_FALSE(opens(Domain::kPayload, 0)) << "segment 0's nonce";
+  EXPECT_FALSE(opens(Domain::kPayload, 2)) << "segment 2's nonce";
+  EXPECT_FALSE(opens(Domain::kHeader, 1)) << "the header's domain";
+}
+
+TEST(SecureSegments, TheCutCoversThePayloadExactlyInAlignedPiecesOfAtLeastTheMinimum) {
+  using namespace secure;
+  EXPECT_EQ(segment_count(0), 0u);
+  EXPECT_EQ(segment_count(1), 1u);
+  EXPECT_EQ(segment_count(2 * kMinSegmentBytes - 1), 1u);
+  EXPECT_EQ(segment_count(2 * kMinSegmentBytes), 2u);
+  EXPECT_EQ(segment_count(1 << 20), 4u);
+  EXPECT_EQ(segment_count(std::size_t{1} << 31), kMaxSegments);
+  for (const std::size_t total :
+       {std::size_t{1}, std::size_t{65539}, 2 * kMinSegmentBytes, std::size_t{(1 << 20) + 13},
+        std::size_t{4194304}, std::size_t{(64u << 20) + 1}, 3 * kMinSegmentBytes + 1}) {
+    SCOPED_TRACE(total);
+    const std::size_t n = segment_count(total);
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Segment s = segment_of(total, i);
+      EXPECT_EQ(s.offset, next);
+      EXPECT_EQ(s.offset % kSegmentAlignment, 0u);
+      EXPECT_GT(s.size, 0u);
+      if (n > 1) {
+        EXPECT_GE(s.size, kMinSegmentBytes - kSegmentAlignment * kMaxSegments);
+      }
+      if (i + 1 < n) {
+        EXPECT_EQ(s.size, segment_of(total, 0).size);
+      }
+      next = s.offset + s.size;
+    }
+    EXPECT_EQ(next, total);
+  }
+}
+
+TEST(SecureCryptPool, RunsEveryIndexOnceOnSeveralThreadsAndRethrowsAfterAll) {
+  using namespace secure;
+  for (const int threads : {0, 1, 3}) {
+    SCOPED_TRACE(threads);
+    CryptPool pool(threads);
+    for (int round = 0; round < 200; ++round) {
+      std::array<std::atomic<int>, 4> runs{};
+      pool.run(4, [&](std::size_t i) { runs[i].fetch_add(1); });
+      for (auto& r : runs)
+        ASSERT_EQ(r.load(), 1);
+    }
+    std::array<std::atomic<int>, 4> runs{};
+    try {
+      pool.run(4, [&](std::size_t i) {
+        runs[i].fetch_add(1);
+        if (i == 2) throw Error(ErrorCode::kInternal, "segment 2 failed");
+      });
+      ADD_FAILURE() << "the failure of one index must reach the caller";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "segment 2 failed");
+    }
+    for (auto& r : runs)
+      EXPECT_EQ(r.load(), 1) << "every index ran although one failed";
+  }
+  // Two callers at once share the pool threads and each gets all its indices.
+  CryptPool pool(1);
+  std::atomic<int> total{0};
+  std::thread other([&] {
+    for (int i = 0; i < 500; ++i)
+      pool.run(4, [&](std::size_t) { total.fetch_add(1); });
+  });
+  for (int i = 0; i < 500; ++i)
+    pool.run(3, [&](std::size_t) { total.fetch_add(1); });
+  other.join();
+  EXPECT_EQ(total.load(), 500 * 4 + 500 * 3);
+}
+
 TEST(SecureCrypto, HandshakeDecoderRefusesWhatIsNotAHandshakeMessage) {
   using namespace secure;
   HandshakeMessage m;
@@ -113,7 +206,8 @@ TEST(SecureCrypto, HandshakeDecoderRefusesWhatIsNotAHandshakeMessage) {
     return decode_handshake(copy, out);
   };
   EXPECT_NE(bad(0, std::byte{'X'}).find("magic"), std::string::npos);
-  EXPECT_NE(bad(4, std::byte{2}).find("version 2"), std::string::npos);
+  EXPECT_NE(bad(4, std::byte{1}).find("version 1 (this build speaks 2"), std::string::npos)
+      << "a peer that seals payloads whole";
   EXPECT_NE(bad(6, std::byte{3}).find("type 3"), std::string::npos);
   EXPECT_NE(decode_handshake(std::span(bytes).first(39), out).find("39-byte"), std::string::npos);
 }
@@ -194,13 +288,13 @@ TEST_P(SecureMode, HeaderLimitLeavesRoomForTheSeal) {
   auto client_rx = std::make_shared<RecordingReceiver>();
   auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
   auto conn = client->connect(server->listen("127.0.0.1:0"));
-  std::string too_long(217, 'h'), fits(216, 'h');
+  std::string too_long(169, 'h'), fits(168, 'h');
   SendWaiter w;
   conn->send(bytes_of(too_long), {}, w.callback());
   conn->send(bytes_of(fits), {}, w.callback());
   ASSERT_TRUE(w.wait(2));
   EXPECT_EQ(w.statuses()[0].code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(w.statuses()[0].message().find("216-byte limit"), std::string::npos)
+  EXPECT_NE(w.statuses()[0].message().find("168-byte limit"), std::string::npos)
       << w.statuses()[0].message();
   EXPECT_TRUE(w.statuses()[1].ok()) << w.statuses()[1].message();
   ASSERT_TRUE(server_rx->wait_messages(1));
@@ -265,11 +359,12 @@ struct Outcome {
 // Sends kSent messages with payloads through a relay that applies `tamper` to message
 // kTampered, and returns what the server's receiver saw. `closes`: the secure mode is expected
 // to close the connection (else every message must arrive and the connection stay open).
-Outcome run_through_relay(bool secure, Tamper tamper, bool closes = true) {
+Outcome run_through_relay(bool secure, Tamper tamper, bool closes = true,
+                          std::size_t payload_bytes = kPayloadBytes) {
   Options o = secure ? secure_options("the-real-job-secret-0001") : Options{};
   auto server_rx = std::make_shared<RecordingReceiver>();
   Outcome out;
-  out.slots.assign(kSent + 2, std::vector<std::byte>(kPayloadBytes));
+  out.slots.assign(kSent + 2, std::vector<std::byte>(payload_bytes));
   std::atomic<int> next_slot{0};
   server_rx->set_placer([&](Connection&, std::span<const std::byte>, std::size_t size) {
     auto& slot = out.slots.at(static_cast<std::size_t>(next_slot++));
@@ -282,7 +377,7 @@ Outcome run_through_relay(bool secure, Tamper tamper, bool closes = true) {
   auto conn = client->connect(relay.address());
   std::vector<std::vector<std::byte>> payloads;
   for (int i = 0; i < kSent; ++i)
-    payloads.push_back(pattern(kPayloadBytes, static_cast<std::uint32_t>(i)));
+    payloads.push_back(pattern(payload_bytes, static_cast<std::uint32_t>(i)));
   for (int i = 0; i < kSent; ++i) {
     ConstBuffer b{payloads[i].data(), payloads[i].size()};
     conn->send(bytes_of(header_of(i)), {&b, 1}, [](const Status&) {});
@@ -336,6 +431,26 @@ TEST(SecureMitm, FlippedPayloadByteIsNeverDeliveredAndScrubbed) {
   EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered));
   expect_authentication_close(out, "2 was due");
   // The unauthenticated bytes do not stay where the receiver placed them.
+  EXPECT_TRUE(std::all_of(out.slots[kTampered].begin(), out.slots[kTampered].end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+}
+
+// A payload of 1 MiB is sealed as 4 segments of 256 KiB, each under its own tag: a byte
+// flipped in the third, or the segments moved within the payload, fail as a flip in a
+// one-segment payload does.
+TEST(SecureMitm, AFlipInALaterSegmentOfALargePayloadIsNeverDelivered) {
+  ASSERT_EQ(secure::segment_count(1 << 20), 4u);
+  auto out = run_through_relay(true, Tamper::kFlipPayload, true, 1 << 20);
+  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered));
+  expect_authentication_close(out, "2 was due");
+  EXPECT_TRUE(std::all_of(out.slots[kTampered].begin(), out.slots[kTampered].end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+}
+
+TEST(SecureMitm, SegmentsMovedWithinALargePayloadAreNeverDelivered) {
+  auto out = run_through_relay(true, Tamper::kSwapPayloadHalves, true, 1 << 20);
+  EXPECT_EQ(out.delivered.size(), static_cast<std::size_t>(kTampered));
+  expect_authentication_close(out, "2 was due");
   EXPECT_TRUE(std::all_of(out.slots[kTampered].begin(), out.slots[kTampered].end(),
                           [](std::byte b) { return b == std::byte{0}; }));
 }

@@ -16,6 +16,23 @@ std::array<std::byte, 8> length_bytes(std::size_t n) {
   return b;
 }
 
+// Encrypts bytes [from, from + size) of the gathered payload into `out`.
+void crypt_gathered(Aead& aead, std::span<const ConstBuffer> payload, std::size_t from,
+                    std::size_t size, std::byte* out) {
+  for (const ConstBuffer& b : payload) {
+    if (size == 0) return;
+    if (from >= b.size) {
+      from -= b.size;
+      continue;
+    }
+    const std::size_t n = std::min(b.size - from, size);
+    aead.crypt(static_cast<const std::byte*>(b.data) + from, out, n);
+    out += n;
+    size -= n;
+    from = 0;
+  }
+}
+
 }  // namespace
 
 SecureConnection::SecureConnection(std::shared_ptr<SecureContext> ctx,
@@ -80,7 +97,7 @@ void SecureConnection::send(std::span<const std::byte> header, std::span<const C
   std::size_t pos = kSeqBytes;
   // Sealing and handing to the backend under one lock: the backend sends in sequence order.
   std::lock_guard lock(send_mutex_);
-  if (!seal_) {
+  if (!seal_[0]) {
     return refuse(std::move(done),
                   Status(ErrorCode::kConnectionClosed,
                          "connection to " + peer() + " has not finished its secure handshake"));
@@ -88,23 +105,28 @@ void SecureConnection::send(std::span<const std::byte> header, std::span<const C
   const std::uint64_t seq = send_seq_++;
   wire::store<std::uint64_t>(sealed.data(), seq);
   if (total > 0) {
-    seal_->begin(Domain::kPayload, seq);
+    const std::size_t segments = segment_count(total);
+    std::array<Tag, kMaxSegments> tags;
     std::byte* out = cipher->data.get();
-    for (const ConstBuffer& b : payload) {
-      if (b.size == 0) continue;
-      seal_->crypt(static_cast<const std::byte*>(b.data), out, b.size);
-      out += b.size;
+    ctx_->crypt_pool().run(segments, [&](std::size_t i) {
+      const Segment seg = segment_of(total, i);
+      Aead& aead = *seal_[i];
+      aead.begin(Domain::kPayload, seq, static_cast<std::uint32_t>(i));
+      crypt_gathered(aead, payload, seg.offset, seg.size, out + seg.offset);
+      tags[i] = aead.seal_tag();
+    });
+    for (std::size_t i = 0; i < segments; ++i) {
+      std::memcpy(sealed.data() + pos, tags[i].data(), kTagBytes);
+      pos += kTagBytes;
     }
-    const Tag tag = seal_->seal_tag();
-    std::memcpy(sealed.data() + pos, tag.data(), tag.size());
-    pos += tag.size();
   }
-  seal_->begin(Domain::kHeader, seq);
-  seal_->aad({sealed.data(), pos});
-  seal_->aad(length_bytes(total));
-  seal_->crypt(header.data(), sealed.data() + pos, header.size());
+  Aead& seal = *seal_[0];
+  seal.begin(Domain::kHeader, seq);
+  seal.aad({sealed.data(), pos});
+  seal.aad(length_bytes(total));
+  seal.crypt(header.data(), sealed.data() + pos, header.size());
   pos += header.size();
-  const Tag tag = seal_->seal_tag();
+  const Tag tag = seal.seal_tag();
   std::memcpy(sealed.data() + pos, tag.data(), tag.size());
   pos += tag.size();
   ConstBuffer body{cipher ? cipher->data.get() : nullptr, total};
@@ -117,19 +139,22 @@ void SecureConnection::send(std::span<const std::byte> header, std::span<const C
 
 std::string SecureConnection::open_header_on_loop(std::span<const std::byte> sealed,
                                                   std::size_t payload_size, Placed& out) {
-  const std::size_t fixed = kSeqBytes + (payload_size > 0 ? kTagBytes : 0);
+  const std::size_t segments = segment_count(payload_size);
+  const std::size_t fixed = kSeqBytes + segments * kTagBytes;
   if (sealed.size() < fixed + kTagBytes || sealed.size() - fixed - kTagBytes > kMaxPlainHeaderBytes)
     return "a " + std::to_string(sealed.size()) + "-byte header that is no sealed header";
   const std::size_t n = sealed.size() - fixed - kTagBytes;
   out.seq = wire::load<std::uint64_t>(sealed.data());
-  if (payload_size > 0) std::memcpy(out.tag.data(), sealed.data() + kSeqBytes, kTagBytes);
-  open_->begin(Domain::kHeader, out.seq);
-  open_->aad(sealed.first(fixed));
-  open_->aad(length_bytes(payload_size));
-  open_->crypt(sealed.data() + fixed, out.header.data(), n);
+  for (std::size_t i = 0; i < segments; ++i)
+    std::memcpy(out.tags[i].data(), sealed.data() + kSeqBytes + i * kTagBytes, kTagBytes);
+  Aead& open = *open_[0];
+  open.begin(Domain::kHeader, out.seq);
+  open.aad(sealed.first(fixed));
+  open.aad(length_bytes(payload_size));
+  open.crypt(sealed.data() + fixed, out.header.data(), n);
   Tag tag;
   std::memcpy(tag.data(), sealed.data() + fixed + n, kTagBytes);
-  if (!open_->open_tag(tag)) {
+  if (!open.open_tag(tag)) {
     std::memset(out.header.data(), 0, n);
     return "a header that failed authentication (altered on the way, or not sealed with this "
            "connection's key)";
@@ -243,9 +268,7 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
                               std::to_string(recv_next_) +
                               " was due: a message was dropped, replayed or reordered");
     }
-    open_->begin(Domain::kPayload, p.seq);
-    open_->crypt(data, data, size);
-    if (!open_->open_tag(p.tag)) {
+    if (!open_payload_on_loop(p, data, size)) {
       // Nothing of an unauthenticated payload stays where the receiver would look.
       std::memset(data, 0, size);
       const std::string why = "the payload of message " + std::to_string(p.seq) +
@@ -276,6 +299,20 @@ void SecureConnection::on_message_on_loop(std::span<const std::byte> header,
   ctx_->upper().on_message(*this, {p.header.data(), p.header_len}, Placement{});
 }
 
+bool SecureConnection::open_payload_on_loop(const Placed& p, std::byte* data, std::size_t size) {
+  const std::size_t segments = segment_count(size);
+  std::array<bool, kMaxSegments> ok{};
+  ctx_->crypt_pool().run(segments, [&](std::size_t i) {
+    const Segment seg = segment_of(size, i);
+    Aead& aead = *open_[i];
+    aead.begin(Domain::kPayload, p.seq, static_cast<std::uint32_t>(i));
+    aead.crypt(data + seg.offset, data + seg.offset, seg.size);
+    ok[i] = aead.open_tag(p.tags[i]);
+  });
+  return std::all_of(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(segments),
+                     [](bool b) { return b; });
+}
+
 void SecureConnection::handshake_on_loop(std::span<const std::byte> header) {
   HandshakeMessage m;
   if (std::string why = decode_handshake(header, m); !why.empty()) {
@@ -293,10 +330,12 @@ void SecureConnection::handshake_on_loop(std::span<const std::byte> header) {
     } catch (const Error& e) {
       return fail_on_loop(e.code(), "secure handshake with " + peer() + ": " + e.what());
     }
-    open_ = std::make_unique<Aead>(keys.recv, /*seal=*/false);
+    for (auto& open : open_)
+      open = std::make_unique<Aead>(keys.recv, /*seal=*/false);
     {
       std::lock_guard lock(send_mutex_);
-      seal_ = std::make_unique<Aead>(keys.send, /*seal=*/true);
+      for (auto& seal : seal_)
+        seal = std::make_unique<Aead>(keys.send, /*seal=*/true);
     }
     peer_confirm_ = keys.peer_confirm;
     have_keys_ = true;

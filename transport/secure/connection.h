@@ -25,7 +25,7 @@ class SecureConnection final : public Connection,
   ~SecureConnection() override;
 
   // Seals the header and the payload (into a buffer this send owns) and hands them to the
-  // backend. Thread-safe; sealing runs in the calling thread.
+  // backend. Thread-safe; sealing runs in the calling thread and the context's crypt pool.
   void send(std::span<const std::byte> header, std::span<const ConstBuffer> payload,
             SendDone done) override;
   void close() override { inner_->close(); }
@@ -50,7 +50,7 @@ class SecureConnection final : public Connection,
     std::uint64_t seq = 0;
     std::array<std::byte, kMaxPlainHeaderBytes> header{};
     std::size_t header_len = 0;
-    Tag tag{};
+    std::array<Tag, kMaxSegments> tags{};  // of the payload's segments
     Placement placement;
     bool discard = false;  // dropped: the payload lands in `sink` and is never delivered
     CipherBuffer sink;
@@ -60,7 +60,8 @@ class SecureConnection final : public Connection,
 
   void handshake_on_loop(std::span<const std::byte> header);
   void send_handshake(HandshakeType type, std::span<const std::byte, 32> body);
-  // Checks and decrypts a sealed header into `out` (seq, header, tag). Empty on success, else why.
+  // Checks and decrypts a sealed header into `out` (seq, header, tags). Empty on success, else
+  // why.
   std::string open_header_on_loop(std::span<const std::byte> sealed, std::size_t payload_size,
                                   Placed& out);
   // Records `why` as the reason the caller's receiver will be given and closes the connection.
@@ -72,6 +73,8 @@ class SecureConnection final : public Connection,
   // connection goes on. Its payload, if any, lands in a buffer of this layer.
   Placement discard_on_loop(const std::string& why, std::size_t payload_size);
   void note_dropped(const std::string& why);
+  // Opens a placed payload in place, its segments in parallel: false if any fails its tag.
+  bool open_payload_on_loop(const Placed& p, std::byte* data, std::size_t size);
   void refuse(SendDone done, Status status);
 
   std::shared_ptr<SecureContext> ctx_;
@@ -88,7 +91,7 @@ class SecureConnection final : public Connection,
   Mac peer_confirm_{};
   bool announced_ = false;  // the caller's receiver was given on_connected
   bool dead_ = false;       // failed: later callbacks are ignored
-  std::unique_ptr<Aead> open_;
+  std::array<std::unique_ptr<Aead>, kMaxSegments> open_;  // one per segment; [0] also headers
   std::uint64_t recv_next_ = 0;      // sequence number of the next message to deliver
   std::uint64_t min_place_seq_ = 0;  // placements come in order, after every delivered one
   std::deque<Placed> placed_;        // placed, payload still landing
@@ -99,8 +102,8 @@ class SecureConnection final : public Connection,
   std::optional<Placed> orphan_;
 
   std::mutex send_mutex_;
-  std::unique_ptr<Aead> seal_;  // guarded by send_mutex_
-  std::uint64_t send_seq_ = 0;  // guarded by send_mutex_
+  std::array<std::unique_ptr<Aead>, kMaxSegments> seal_;  // guarded by send_mutex_; as open_
+  std::uint64_t send_seq_ = 0;                            // guarded by send_mutex_
 };
 
 }  // namespace psrt::transport::secure

@@ -4,7 +4,8 @@
 // caller's Receiver hears of it, opens every sealed message and hands the caller the plaintext.
 //
 // Threads: the backend runs every callback on its progress thread, so the handshake, opening and
-// delivery run there too; sealing runs in the sending thread. A connection that is still in its
+// delivery run there too; sealing runs in the sending thread. Both hand a large payload's
+// segments to the crypt pool as well (crypt_pool.h). A connection that is still in its
 // handshake after Options::connect_timeout is closed by a small timer thread.
 #pragma once
 
@@ -21,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/secure/crypt_pool.h"
+#include "transport/secure/segments.h"
 #include "transport/transport.h"
 
 namespace psrt::transport::secure {
@@ -62,6 +65,9 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   const Options& options() const { return options_; }
   const std::string& secret() const { return options_.secure_secret; }
 
+  // Seals and opens payload segments in parallel (thread-safe).
+  CryptPool& crypt_pool() { return crypt_pool_; }
+
   CipherBuffer acquire(std::size_t size);
   void release(CipherBuffer buffer);
 
@@ -92,6 +98,7 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   std::mutex pool_mutex_;
   std::vector<CipherBuffer> pool_;
   std::atomic<std::uint64_t> dropped_{0};
+  CryptPool crypt_pool_{CryptPool::threads_for(kMaxSegments)};
 };
 
 class SecureTransport final : public Transport {

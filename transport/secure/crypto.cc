@@ -90,9 +90,9 @@ Aead::~Aead() {
   EVP_CIPHER_CTX_free(ctx_);
 }
 
-void Aead::begin(Domain domain, std::uint64_t seq) {
+void Aead::begin(Domain domain, std::uint64_t seq, std::uint32_t segment) {
   std::array<std::byte, 12> iv;
-  wire::store<std::uint32_t>(iv.data(), static_cast<std::uint32_t>(domain));
+  wire::store<std::uint32_t>(iv.data(), static_cast<std::uint32_t>(domain) | segment << 8);
   wire::store<std::uint64_t>(iv.data() + 4, seq);
   if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, u8(iv.data()), seal_ ? 1 : 0) != 1)
     crypto_failed("AES-256-GCM nonce");

@@ -1,5 +1,6 @@
 // The secure mode's primitives: HKDF-SHA256 key derivation, HMAC-SHA256 key confirmation and
-// AES-256-GCM sealing with a 96-bit nonce made of a domain and a sequence number (OpenSSL EVP).
+// AES-256-GCM sealing with a 96-bit nonce made of a domain, a segment and a sequence number
+// (OpenSSL EVP).
 #pragma once
 
 #include <array>
@@ -34,12 +35,13 @@ Mac mac(const Key& key, std::string_view label);
 bool same_mac(std::span<const std::byte> a, const Mac& b);
 
 // Which part of a message a nonce seals: the header and the payload of one message share its
-// sequence number, so they differ in the domain.
+// sequence number, so they differ in the domain; a payload's segments (segments.h) differ in
+// their index. The nonce's first 4 bytes are domain | segment << 8.
 enum class Domain : std::uint32_t { kHeader = 1, kPayload = 2 };
 
 // AES-256-GCM under one key, for one direction (sealing or opening). A message is sealed or
 // opened as begin(), any number of aad() then crypt() calls, then seal_tag()/open_tag().
-// Not thread-safe; the key is never used with the same (domain, seq) twice by the caller.
+// Not thread-safe; the key is never used with the same (domain, segment, seq) twice by the caller.
 class Aead {
  public:
   Aead(const Key& key, bool seal);
@@ -47,7 +49,8 @@ class Aead {
   Aead(const Aead&) = delete;
   Aead& operator=(const Aead&) = delete;
 
-  void begin(Domain domain, std::uint64_t seq);
+  // `segment` < 2^24; 0 for a header.
+  void begin(Domain domain, std::uint64_t seq, std::uint32_t segment = 0);
   void aad(std::span<const std::byte> data);
   // `out` may equal `in` (in-place).
   void crypt(const std::byte* in, std::byte* out, std::size_t size);

@@ -22,7 +22,7 @@ std::string decode_handshake(std::span<const std::byte> in, HandshakeMessage& ou
   if (wire::load<std::uint32_t>(in.data()) != kMagic) return "a message without the secure magic";
   if (auto v = wire::load<std::uint16_t>(in.data() + 4); v != kVersion)
     return "secure handshake version " + std::to_string(v) + " (this build speaks " +
-           std::to_string(kVersion) + ")";
+           std::to_string(kVersion) + ": run one psrt version on every host of the job)";
   const auto type = static_cast<std::uint8_t>(in[6]);
   if ((type != 1 && type != 2) || in[7] != std::byte{0})
     return "an unknown handshake message type " + std::to_string(type);

@@ -12,7 +12,7 @@
 //
 //   handshake message (header only, 40 bytes, little-endian)
 //   0   4  magic 'PSSC' (0x43535350)
-//   4   2  version (1)
+//   4   2  version (2: payloads in segments; 1 sealed a payload whole)
 //   6   1  type: 1 HELLO, 2 CONFIRM
 //   7   1  reserved, 0
 //   8   32 nonce (HELLO) or HMAC-SHA256 (CONFIRM)
@@ -20,14 +20,16 @@
 // After the handshake every message is sealed (AES-256-GCM, one key per direction):
 //
 //   sealed header
-//   0   8  sequence number (per direction, from 0): the nonce of both seals
-//   8   16 payload tag, only when the message has a payload
-//   ..  n  the caller's header, encrypted
-//   ..  16 header tag (AAD: the bytes before the ciphertext and the payload length)
+//   0   8     sequence number (per direction, from 0): in the nonce of every seal
+//   8   16·k  the payload's k segment tags (k = segment_count(payload length), 0 without one)
+//   ..  n     the caller's header, encrypted
+//   ..  16    header tag (AAD: the bytes before the ciphertext and the payload length)
 //
 // The payload is encrypted to the same length (received straight into the caller's placement
-// and decrypted there). The sequence numbers make a replayed, reordered, dropped or
-// other-connection message fail.
+// and decrypted there), as k segments (segments.h) sealed and opened in parallel, each with its
+// own nonce and tag; the header's tag covers the segment tags. The sequence numbers make a
+// replayed, reordered, dropped or other-connection message fail; the segment indices, a segment
+// moved within its payload.
 #pragma once
 
 #include <cstddef>
@@ -37,12 +39,13 @@
 #include <string_view>
 
 #include "transport/secure/crypto.h"
+#include "transport/secure/segments.h"
 #include "transport/transport.h"
 
 namespace psrt::transport::secure {
 
 inline constexpr std::uint32_t kMagic = 0x43535350;  // "PSSC" little-endian
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHandshakeBytes = 40;
 
 enum class HandshakeType : std::uint8_t { kHello = 1, kConfirm = 2 };
@@ -58,7 +61,8 @@ std::string decode_handshake(std::span<const std::byte> in, HandshakeMessage& ou
 
 inline constexpr std::size_t kSeqBytes = 8;
 // Largest header a caller may send in secure mode.
-inline constexpr std::size_t kMaxPlainHeaderBytes = kMaxHeaderBytes - kSeqBytes - 2 * kTagBytes;
+inline constexpr std::size_t kMaxPlainHeaderBytes =
+    kMaxHeaderBytes - kSeqBytes - (kMaxSegments + 1) * kTagBytes;
 
 struct SessionKeys {
   Key send;
