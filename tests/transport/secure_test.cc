@@ -333,6 +333,87 @@ TEST_P(SecureMode, SendsFromCallerAndProgressThreadStayInSequence) {
   EXPECT_EQ(done.load(), kMessages);
 }
 
+// A large payload sent from the progress thread is sealed on a pool thread; what the loop sends
+// after it (a bare header, a small payload) waits its turn. The receiver gets every message in
+// the order sent, intact.
+TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem) {
+  auto server_rx = std::make_shared<RecordingReceiver>();
+  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
+  auto client_rx = std::make_shared<RecordingReceiver>();
+  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
+  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  constexpr int kRounds = 24;
+  std::vector<std::vector<std::byte>> big;
+  for (int i = 0; i < kRounds; ++i)
+    big.push_back(pattern((512u << 10) + static_cast<std::size_t>(i) * 4099, 100 + i));
+  const auto small = pattern(100, 7);
+  Connection* c = conn.get();
+  std::atomic<int> done{0};
+  std::atomic<int> failed{0};
+  auto count = [&](const Status& st) {
+    if (!st.ok()) ++failed;
+    ++done;
+  };
+  c->send(bytes_of("start"), {}, [&](const Status&) {
+    for (int i = 0; i < kRounds; ++i) {
+      ConstBuffer b{big[i].data(), big[i].size()};
+      c->send(bytes_of("big " + std::to_string(i)), {&b, 1}, count);
+      c->send(bytes_of("bare " + std::to_string(i)), {}, count);
+      ConstBuffer sb{small.data(), small.size()};
+      c->send(bytes_of("small " + std::to_string(i)), {&sb, 1}, count);
+    }
+  });
+  ASSERT_TRUE(server_rx->wait_messages(1 + 3 * kRounds, 30s));
+  const auto got = server_rx->messages();
+  ASSERT_EQ(got.size(), 1u + 3 * kRounds);
+  for (int i = 0; i < kRounds; ++i) {
+    SCOPED_TRACE(i);
+    const auto& b = got[1 + 3 * static_cast<std::size_t>(i)];
+    EXPECT_EQ(b.header, "big " + std::to_string(i));
+    EXPECT_TRUE(b.payload == big[i]) << "the large payload arrives intact";
+    EXPECT_EQ(got[2 + 3 * static_cast<std::size_t>(i)].header, "bare " + std::to_string(i));
+    EXPECT_EQ(got[3 + 3 * static_cast<std::size_t>(i)].header, "small " + std::to_string(i));
+    EXPECT_TRUE(got[3 + 3 * static_cast<std::size_t>(i)].payload == small);
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (done.load() < 3 * kRounds && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(done.load(), 3 * kRounds);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_TRUE(server_rx->closed().empty());
+}
+
+// Shutting down while large sends from the loop wait for a pool thread: each completes exactly
+// once, before shutdown() returns, and nothing runs after it.
+TEST_P(SecureMode, ShutdownCompletesSendsHandedToThePoolExactlyOnceBeforeItReturns) {
+  auto server_rx = std::make_shared<RecordingReceiver>();
+  server_rx->keep_payloads = false;
+  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
+  auto client_rx = std::make_shared<RecordingReceiver>();
+  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
+  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  constexpr int kSends = 32;
+  const auto payload = pattern(1u << 20, 3);
+  Connection* c = conn.get();
+  std::atomic<int> done{0};
+  std::atomic<bool> issued{false};
+  c->send(bytes_of("start"), {}, [&](const Status&) {
+    ConstBuffer b{payload.data(), payload.size()};
+    for (int i = 0; i < kSends; ++i)
+      c->send(bytes_of("big"), {&b, 1}, [&](const Status&) { ++done; });
+    issued = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!issued.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(100us);
+  ASSERT_TRUE(issued.load());
+  client->shutdown();
+  EXPECT_EQ(done.load(), kSends) << "every send completed, once, before shutdown() returned";
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(done.load(), kSends) << "and none after";
+  server->shutdown();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SecureMode, ::testing::ValuesIn(available_backends()),
                          [](const auto& info) { return info.param; });
 
