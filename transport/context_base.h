@@ -6,12 +6,16 @@
 //   void tune_accepted(int fd);                         accept: socket options; throws
 //                                                       psrt::Error to drop the connection
 //   void adopt_accepted_on_loop(Fd fd, std::string peer);   accept: the backend's connection
+//   void finish_sends_before_close();                   shutdown, off the loop while it runs:
+//                                                       wait (bounded) for sends the peer may
+//                                                       still be reading
 //   void close_all_on_loop();                           shutdown: close every connection (and
 //                                                       whatever is still connecting)
 //   void after_loop_stopped();                          shutdown: on the caller, loop stopped
 //
-// The shutdown sequence: once only (later calls return at once); off the loop, the listeners and
-// then the backend's connections are closed on the loop; the loop stops; the backend finishes
+// The shutdown sequence: once only (later calls return at once); off the loop, the backend lets
+// sends in flight finish (bounded), then the listeners and the backend's connections are closed
+// on the loop; the loop stops; the backend finishes
 // (after_loop_stopped); the receiver is released, which breaks the cycle context -> receiver ->
 // (connections it keeps) -> context.
 #pragma once
@@ -109,6 +113,7 @@ void ContextBase<Backend, MemHandle>::shutdown() {
   std::lock_guard lock(shutdown_mutex_);
   if (shut_down_.exchange(true)) return;
   if (!loop_.in_loop()) {
+    backend().finish_sends_before_close();
     loop_.run_sync([this] {
       listeners_.close_all_on_loop();
       backend().close_all_on_loop();

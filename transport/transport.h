@@ -134,7 +134,9 @@ class Transport {
   virtual bool is_registered(const void* data, std::size_t size) const = 0;
 
   // Closes every connection and listener, completes pending sends with kCancelled and joins the
-  // progress thread. Bounded in time; idempotent; also run by the destructor.
+  // progress thread. Bounded in time; idempotent; also run by the destructor. Sends a live peer
+  // may still be reading from the caller's buffers (UCX's rendezvous) are given up to 2 s to
+  // finish first, so that no buffer is handed back while the peer reads it.
   virtual void shutdown() = 0;
 
   // True when called from this transport's progress thread.

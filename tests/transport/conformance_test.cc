@@ -606,6 +606,36 @@ TEST_P(TransportConformance, ShutdownIsBoundedAndCompletesEverything) {
   ASSERT_TRUE(server_rx->wait_closed(1, 10s));
 }
 
+// A sender that shuts down while its payloads are on the way, then reuses their memory: each
+// message reaches the receiver whole or not at all, never with bytes written after its send
+// completed.
+TEST_P(TransportConformance, ShutdownMidSendNeverDeliversATornPayload) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    start_pair();
+    constexpr int kSends = 16;
+    std::vector<std::vector<std::byte>> sent;
+    for (int i = 0; i < kSends; ++i)
+      sent.push_back(pattern(1u << 20, static_cast<std::uint32_t>(i)));
+    std::vector<std::vector<std::byte>> buffers = sent;
+    SendWaiter w;
+    for (int i = 0; i < kSends; ++i) {
+      ConstBuffer b{buffers[i].data(), buffers[i].size()};
+      conn->send(bytes_of("m" + std::to_string(i)), {&b, 1}, w.callback());
+    }
+    client->shutdown();
+    ASSERT_TRUE(w.wait(kSends, 1s));
+    for (auto& b : buffers)
+      std::fill(b.begin(), b.end(), std::byte{0xEE});  // the caller owns them again
+    server_rx->wait_closed(1, 10s);
+    for (const auto& m : server_rx->messages()) {
+      const int i = std::stoi(m.header.substr(1));
+      EXPECT_TRUE(m.payload == sent[i])
+          << "message " << i << " delivered torn (attempt " << attempt << ")";
+    }
+    server->shutdown();
+  }
+}
+
 // transport.h, "Threads": while the transport runs, a completion runs on the progress thread and
 // never inside the send() that caused it: not a send that fails at once on a closed connection,
 // not a send made from a callback (ps::Scheduler holds a plain mutex across sends whose

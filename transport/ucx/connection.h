@@ -60,6 +60,10 @@ class UcxConnection final : public Connection, public std::enable_shared_from_th
   // can write into a placement any more: at once when the peer is dead, else once the receives
   // in flight have landed (bounded by Options::peer_timeout).
   void close_on_loop(const Status& why, bool peer_dead);
+  // Sends UCX has not completed, and sends posted to the loop and not issued yet.
+  std::size_t sends_in_flight_on_loop() const {
+    return sends_.size() + posted_sends_.load(std::memory_order_relaxed);
+  }
 
   // Receive bookkeeping (the context's AM handler runs these).
   void receive_on_loop(std::span<const std::byte> header, void* data, std::size_t length,

@@ -3,7 +3,10 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "base/exception_status.h"
 #include "base/host.h"
@@ -416,6 +419,28 @@ void UcxContext::unregister_memory(const void* base) {
     loop_.defer(unmap);
   } else {
     loop_.post(unmap);
+  }
+}
+
+void UcxContext::finish_sends_before_close() {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(kShutdownSendWait, options().peer_timeout);
+  for (;;) {
+    std::size_t in_flight = 0;
+    loop_.run_sync([&] {
+      for (const auto& [id, conn] : connections_)
+        in_flight += conn->sends_in_flight_on_loop();
+    });
+    if (in_flight == 0) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      PSRT_LOG_WARN(
+          "ucx: shutting down with {} send(s) still in flight after {} ms; they complete as "
+          "cancelled, and a peer still reading one may deliver what the caller writes next into "
+          "its buffer",
+          in_flight, std::min(kShutdownSendWait, options().peer_timeout).count());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -95,6 +95,12 @@ class UcxContext : public ContextBase<UcxContext, ucp_mem_h>,
   // one once the peer's hello is read (read_hello_on_loop).
   void tune_accepted(int fd);
   void adopt_accepted_on_loop(Fd fd, std::string peer);
+  // A rendezvous payload is read by the peer from the sender's memory (shared memory, CMA,
+  // RDMA) until the peer acknowledges it; completing the send earlier would hand the buffer back
+  // while the peer may still read it, and the peer would deliver what the caller wrote next.
+  // So shutdown waits for the sends in flight, at most kShutdownSendWait (then logs how many).
+  static constexpr std::chrono::milliseconds kShutdownSendWait{2000};
+  void finish_sends_before_close();
   void close_all_on_loop();
   void after_loop_stopped();
 
