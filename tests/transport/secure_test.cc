@@ -333,9 +333,9 @@ TEST_P(SecureMode, SendsFromCallerAndProgressThreadStayInSequence) {
   EXPECT_EQ(done.load(), kMessages);
 }
 
-// A large payload sent from the progress thread is sealed on a pool thread; what the loop sends
-// after it (a bare header, a small payload) waits its turn. The receiver gets every message in
-// the order sent, intact.
+// Large payloads (sealed in segments, in parallel) sent from the progress thread, each followed
+// by a bare header and a small payload: the receiver gets every message in the order sent,
+// intact.
 TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem) {
   auto server_rx = std::make_shared<RecordingReceiver>();
   auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
@@ -383,9 +383,9 @@ TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem)
   EXPECT_TRUE(server_rx->closed().empty());
 }
 
-// Shutting down while large sends from the loop wait for a pool thread: each completes exactly
-// once, before shutdown() returns, and nothing runs after it.
-TEST_P(SecureMode, ShutdownCompletesSendsHandedToThePoolExactlyOnceBeforeItReturns) {
+// Shutting down while large sends from the loop are on their way: each completes exactly once,
+// before shutdown() returns, and nothing runs after it.
+TEST_P(SecureMode, ShutdownCompletesLargeSendsFromTheLoopExactlyOnceBeforeItReturns) {
   auto server_rx = std::make_shared<RecordingReceiver>();
   server_rx->keep_payloads = false;
   auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));

@@ -91,70 +91,18 @@ void SecureConnection::send(std::span<const std::byte> header, std::span<const C
                "payload of " + std::to_string(total) + " bytes exceeds max_payload_bytes (" +
                    std::to_string(ctx_->options().max_payload_bytes) + ")"));
   }
-  std::unique_lock lock(send_mutex_);
+  std::shared_ptr<CipherBuffer> cipher;
+  if (total > 0) cipher = std::make_shared<CipherBuffer>(ctx_->acquire(total));
+  std::array<std::byte, kMaxHeaderBytes> sealed;
+  std::size_t pos = kSeqBytes;
+  // Sealing and handing to the backend under one lock: the backend sends in sequence order.
+  std::lock_guard lock(send_mutex_);
   if (!seal_[0]) {
     return refuse(std::move(done),
                   Status(ErrorCode::kConnectionClosed,
                          "connection to " + peer() + " has not finished its secure handshake"));
   }
   const std::uint64_t seq = send_seq_++;
-  // The progress thread hands a large payload to a pool thread instead of sealing it itself, so
-  // that it goes on moving bytes meanwhile; what is sent after it waits in queued_, in order.
-  if (!sealing_elsewhere_ && total >= kSealElsewhereBytes && ctx_->on_loop() &&
-      ctx_->begin_sealing_elsewhere()) {
-    sealing_elsewhere_ = true;
-    queued_.push_back(queued(seq, header, payload, total, std::move(done)));
-    lock.unlock();
-    auto self = shared_from_this();
-    if (!ctx_->crypt_pool().post([self] { self->seal_queued(); })) seal_queued();
-    return;
-  }
-  if (sealing_elsewhere_) {
-    queued_.push_back(queued(seq, header, payload, total, std::move(done)));
-    return;
-  }
-  // Sealing and handing to the backend under one lock: the backend sends in sequence order.
-  seal_and_send(seq, header, payload, total, std::move(done));
-}
-
-SecureConnection::QueuedSend SecureConnection::queued(std::uint64_t seq,
-                                                      std::span<const std::byte> header,
-                                                      std::span<const ConstBuffer> payload,
-                                                      std::size_t total, SendDone done) {
-  QueuedSend q;
-  q.seq = seq;
-  std::memcpy(q.header.data(), header.data(), header.size());
-  q.header_len = header.size();
-  q.payload.assign(payload.begin(), payload.end());
-  q.total = total;
-  q.done = std::move(done);
-  return q;
-}
-
-void SecureConnection::seal_queued() {
-  for (;;) {
-    QueuedSend q;
-    {
-      std::lock_guard lock(send_mutex_);
-      if (queued_.empty()) {
-        sealing_elsewhere_ = false;
-        break;
-      }
-      q = std::move(queued_.front());
-      queued_.pop_front();
-    }
-    seal_and_send(q.seq, {q.header.data(), q.header_len}, q.payload, q.total, std::move(q.done));
-  }
-  ctx_->end_sealing_elsewhere();
-}
-
-void SecureConnection::seal_and_send(std::uint64_t seq, std::span<const std::byte> header,
-                                     std::span<const ConstBuffer> payload, std::size_t total,
-                                     SendDone done) {
-  std::shared_ptr<CipherBuffer> cipher;
-  if (total > 0) cipher = std::make_shared<CipherBuffer>(ctx_->acquire(total));
-  std::array<std::byte, kMaxHeaderBytes> sealed;
-  std::size_t pos = kSeqBytes;
   wire::store<std::uint64_t>(sealed.data(), seq);
   if (total > 0) {
     const std::size_t segments = segment_count(total);

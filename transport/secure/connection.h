@@ -10,7 +10,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "transport/secure/context.h"
 #include "transport/secure/crypto.h"
@@ -47,18 +46,6 @@ class SecureConnection final : public Connection,
 
  private:
   enum class State { kHandshake, kOpen, kClosed };
-  // A payload at least this large, sent from the progress thread, is sealed on a pool thread.
-  static constexpr std::size_t kSealElsewhereBytes = 2 * kMinSegmentBytes;
-  // A send waiting for the pool thread that seals this connection's sends (its payload is read
-  // in place when its turn comes, as the caller promised).
-  struct QueuedSend {
-    std::uint64_t seq = 0;
-    std::array<std::byte, kMaxPlainHeaderBytes> header{};
-    std::size_t header_len = 0;
-    std::vector<ConstBuffer> payload;
-    std::size_t total = 0;
-    SendDone done;
-  };
   struct Placed {
     std::uint64_t seq = 0;
     std::array<std::byte, kMaxPlainHeaderBytes> header{};
@@ -89,14 +76,6 @@ class SecureConnection final : public Connection,
   // Opens a placed payload in place, its segments in parallel: false if any fails its tag.
   bool open_payload_on_loop(const Placed& p, std::byte* data, std::size_t size);
   void refuse(SendDone done, Status status);
-  static QueuedSend queued(std::uint64_t seq, std::span<const std::byte> header,
-                           std::span<const ConstBuffer> payload, std::size_t total, SendDone done);
-  // Seals message `seq` and hands it to the backend. Run by the one sealer of the moment: under
-  // send_mutex_ when nothing is queued, else by seal_queued() on a pool thread.
-  void seal_and_send(std::uint64_t seq, std::span<const std::byte> header,
-                     std::span<const ConstBuffer> payload, std::size_t total, SendDone done);
-  // A pool thread: seals and sends queued_ in order until it is empty.
-  void seal_queued();
 
   std::shared_ptr<SecureContext> ctx_;
   std::shared_ptr<Connection> inner_;
@@ -123,11 +102,8 @@ class SecureConnection final : public Connection,
   std::optional<Placed> orphan_;
 
   std::mutex send_mutex_;
-  // Used by the one sealer of the moment (seal_and_send); as open_.
-  std::array<std::unique_ptr<Aead>, kMaxSegments> seal_;
-  std::uint64_t send_seq_ = 0;      // guarded by send_mutex_
-  bool sealing_elsewhere_ = false;  // guarded by send_mutex_: a pool thread runs seal_queued()
-  std::deque<QueuedSend> queued_;   // guarded by send_mutex_
+  std::array<std::unique_ptr<Aead>, kMaxSegments> seal_;  // guarded by send_mutex_; as open_
+  std::uint64_t send_seq_ = 0;                            // guarded by send_mutex_
 };
 
 }  // namespace psrt::transport::secure

@@ -71,7 +71,6 @@ std::shared_ptr<SecureConnection> SecureContext::find(std::uint64_t id) {
 }
 
 void SecureContext::on_connected(const std::shared_ptr<Connection>& conn) {
-  loop_thread_.store(std::this_thread::get_id());
   auto secure = std::make_shared<SecureConnection>(shared_from_this(), conn);
   {
     std::lock_guard lock(mutex_);
@@ -97,7 +96,6 @@ void SecureContext::on_connected(const std::shared_ptr<Connection>& conn) {
 
 Placement SecureContext::place(Connection& conn, std::span<const std::byte> header,
                                std::size_t payload_size) {
-  loop_thread_.store(std::this_thread::get_id());
   auto secure = find(conn.id());
   if (!secure) throw Error(ErrorCode::kConnectionClosed, "connection is closing");
   return secure->place_on_loop(header, payload_size);
@@ -105,7 +103,6 @@ Placement SecureContext::place(Connection& conn, std::span<const std::byte> head
 
 void SecureContext::on_message(Connection& conn, std::span<const std::byte> header,
                                const Placement& placement) {
-  loop_thread_.store(std::this_thread::get_id());
   if (auto secure = find(conn.id())) return secure->on_message_on_loop(header, placement);
   // Before on_connected: only the peer's HELLO can be here. More is kept for nobody (the
   // handshake then fails on its own).
@@ -170,27 +167,6 @@ CipherBuffer SecureContext::acquire(std::size_t size) {
   return CipherBuffer{std::unique_ptr<std::byte[]>(new std::byte[size]), size};
 }
 
-bool SecureContext::begin_sealing_elsewhere() {
-  std::lock_guard lock(elsewhere_mutex_);
-  if (elsewhere_stopped_) return false;
-  ++sealing_elsewhere_;
-  return true;
-}
-
-void SecureContext::end_sealing_elsewhere() {
-  {
-    std::lock_guard lock(elsewhere_mutex_);
-    --sealing_elsewhere_;
-  }
-  elsewhere_cv_.notify_all();
-}
-
-void SecureContext::stop_sealing_elsewhere() {
-  std::unique_lock lock(elsewhere_mutex_);
-  elsewhere_stopped_ = true;
-  elsewhere_cv_.wait(lock, [this] { return sealing_elsewhere_ == 0; });
-}
-
 void SecureContext::release(CipherBuffer buffer) {
   if (buffer.capacity > kPoolBytes) return;
   std::lock_guard lock(pool_mutex_);
@@ -246,8 +222,6 @@ void SecureTransport::register_memory(MutableBuffer region) {
 
 void SecureTransport::shutdown() {
   const bool on_loop = inner_->on_progress_thread();
-  // Sends handed to a pool thread reach the backend before it completes what is pending.
-  ctx_->stop_sealing_elsewhere();
   inner_->shutdown();
   ctx_->shutdown(/*release_upper=*/!on_loop);
 }

@@ -5,9 +5,8 @@
 //
 // Threads: the backend runs every callback on its progress thread, so the handshake, opening and
 // delivery run there too; sealing runs in the sending thread. Both hand a large payload's
-// segments to the crypt pool as well (crypt_pool.h), and a large payload sent from the progress
-// thread is sealed by a pool thread, in order with what the connection sends after it. A connection
-// that is still in its handshake after Options::connect_timeout is closed by a small timer thread.
+// segments to the crypt pool as well (crypt_pool.h). A connection that is still in its
+// handshake after Options::connect_timeout is closed by a small timer thread.
 #pragma once
 
 #include <atomic>
@@ -67,15 +66,7 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   const std::string& secret() const { return options_.secure_secret; }
 
   // Seals and opens payload segments in parallel (thread-safe).
-  CryptPool& crypt_pool() { return CryptPool::shared(); }
-  // Whether the calling thread is the backend's progress thread.
-  bool on_loop() const { return loop_thread_.load() == std::this_thread::get_id(); }
-  // A connection's sends are about to be sealed on a pool thread: false once shutdown began
-  // (then the sender seals them itself). Each true is matched by one end_sealing_elsewhere().
-  bool begin_sealing_elsewhere();
-  void end_sealing_elsewhere();
-  // Refuses new hand-offs and waits for those under way (shutdown, before the backend's).
-  void stop_sealing_elsewhere();
+  CryptPool& crypt_pool() { return crypt_pool_; }
 
   CipherBuffer acquire(std::size_t size);
   void release(CipherBuffer buffer);
@@ -107,12 +98,7 @@ class SecureContext final : public Receiver, public std::enable_shared_from_this
   std::mutex pool_mutex_;
   std::vector<CipherBuffer> pool_;
   std::atomic<std::uint64_t> dropped_{0};
-  std::atomic<std::thread::id> loop_thread_{};  // set by every callback of the backend
-
-  std::mutex elsewhere_mutex_;
-  std::condition_variable elsewhere_cv_;
-  int sealing_elsewhere_ = 0;       // guarded by elsewhere_mutex_
-  bool elsewhere_stopped_ = false;  // guarded by elsewhere_mutex_
+  CryptPool crypt_pool_{CryptPool::threads_for(kMaxSegments)};
 };
 
 class SecureTransport final : public Transport {

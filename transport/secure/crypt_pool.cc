@@ -7,8 +7,6 @@
 #include <mutex>
 #include <thread>
 
-#include "transport/secure/segments.h"
-
 namespace psrt::transport::secure {
 
 // One run(): its indices are taken one at a time by whichever thread comes first. A pool thread
@@ -46,20 +44,11 @@ struct CryptPool::Run {
 
 CryptPool::CryptPool(int threads) : threads_(std::max(0, threads)) {
   if (threads_ > 0)
-    queue_ = std::make_unique<WorkQueue<std::function<void()>>>(
-        threads_, [](std::function<void()>& task) { task(); });
+    queue_ = std::make_unique<WorkQueue<std::shared_ptr<Run>>>(
+        threads_, [](std::shared_ptr<Run>& r) { r->work(); });
 }
 
 CryptPool::~CryptPool() = default;
-
-bool CryptPool::post(std::function<void()> task) {
-  return queue_ && queue_->push(std::move(task));
-}
-
-CryptPool& CryptPool::shared() {
-  static auto* pool = new CryptPool(threads_for(kMaxSegments));
-  return *pool;
-}
 
 int CryptPool::threads_for(std::size_t most) {
   const auto cores = static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -72,7 +61,7 @@ void CryptPool::run(std::size_t n, const std::function<void(std::size_t)>& fn) {
   auto r = std::make_shared<Run>(n, fn);
   const std::size_t helpers = std::min<std::size_t>(n - 1, static_cast<std::size_t>(threads_));
   for (std::size_t h = 0; h < helpers; ++h)
-    queue_->push([r] { r->work(); });
+    queue_->push(r);
   r->work();
   r->wait();
 }

@@ -1,8 +1,7 @@
 // The threads that seal and open a payload's segments (segments.h) in parallel with the thread
-// that asked (the sending thread for a seal, the backend's progress thread for an open), and that
-// seal what a progress thread hands off (post). One pool per process, shared(), of
-// min(cores, kMaxSegments) - 1 threads; the asking thread always takes part in a run, so a run
-// finishes even while every pool thread is busy with another connection's.
+// that asked: the sending thread for a seal, the backend's progress thread for an open. One pool
+// per secure transport, of min(cores, kMaxSegments) - 1 threads; the asking thread always takes
+// part, so a run finishes even while every pool thread is busy with another connection's.
 #pragma once
 
 #include <cstddef>
@@ -25,20 +24,13 @@ class CryptPool {
   // have returned. If any throws, the first exception is rethrown here after all have run.
   void run(std::size_t n, const std::function<void(std::size_t)>& fn);
 
-  // Runs `task` on a pool thread. False when there is none (one core), or while the process
-  // exits: then the caller runs it.
-  bool post(std::function<void()> task);
-
   // The pool threads for this machine: min(hardware threads, `most`) - 1.
   static int threads_for(std::size_t most);
-
-  // The process's pool (never destroyed: a task may drop the last reference to a transport).
-  static CryptPool& shared();
 
  private:
   struct Run;
   int threads_;
-  std::unique_ptr<WorkQueue<std::function<void()>>> queue_;
+  std::unique_ptr<WorkQueue<std::shared_ptr<Run>>> queue_;
 };
 
 }  // namespace psrt::transport::secure
