@@ -20,6 +20,9 @@ namespace {
 // Acknowledged pushes a slice keeps for a re-send when no pull follows them (a pull answered
 // after a push means the push is applied on two servers).
 constexpr std::size_t kMaxKeptPushes = 256;
+// Refusals with reroute() one operation waits out (each followed by a ROUTE and a re-send):
+// more fail it with the last refusal, which names both servers.
+constexpr std::uint32_t kMaxReroutes = 3;
 }  // namespace
 
 void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuffer src,
@@ -41,20 +44,27 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   sent.upto = log.pushes;
   auto& server = servers_[owner_[s.server]];
   auto id_cell = std::make_shared<std::uint64_t>(0);
-  const auto id = requests_.add(
-      *server, what,
-      [this, st, key, index, id_cell](const Status& status, const Header& reply,
-                                      std::span<const std::byte>) {
-        on_replicated_reply(key, index, *id_cell, status);
-        if (status.ok()) st->note_version(reply);
-        st->complete_part(status);
-      },
-      dest);
+  ps::Requests::Done done = [this, st, key, index, id_cell](const Status& status,
+                                                            const Header& reply,
+                                                            std::span<const std::byte>) {
+    // Refused by a server the scheduler declared lost (reroute()): in flight to a lost server,
+    // it waits for the ROUTE as the others do.
+    if (!status.ok() && reply.type == MsgType::kError && reply.reroute() &&
+        await_route(key, index, id_cell, status))
+      return;
+    on_replicated_reply(key, index, *id_cell, status);
+    if (status.ok()) st->note_version(reply);
+    st->complete_part(status);
+  };
+  const auto id = requests_.add(*server, what, done, dest);
   *id_cell = id;
   h.request_id = id;
   sent.id = id;
   sent.header = h;
   sent.payload = payload;
+  sent.what = what;
+  sent.done = std::move(done);
+  sent.dest = dest;
   log.sent.push_back(sent);
   // A send that fails (its server was lost) is not the operation's failure: ROUTE re-sends it.
   auto on_sent = [st](const Status&) { st->sent_part(); };
@@ -100,6 +110,29 @@ void Worker::Impl::on_replicated_reply(Key key, std::uint32_t index, std::uint64
   const std::uint64_t upto = self->upto;
   sent.erase(self);
   std::erase_if(sent, [upto](const Sent& s) { return s.id == 0 && s.seq != 0 && s.seq <= upto; });
+}
+
+bool Worker::Impl::await_route(Key key, std::uint32_t index,
+                               const std::shared_ptr<std::uint64_t>& id_cell,
+                               const Status& refused) {
+  std::lock_guard lock(route_mu_);
+  auto it = logs_.find({key, index});
+  if (it == logs_.end()) return false;
+  auto& sent = it->second.sent;
+  const std::uint64_t id = *id_cell;
+  auto self = std::find_if(sent.begin(), sent.end(), [id](const Sent& s) { return s.id == id; });
+  if (self == sent.end() || self->reroutes >= kMaxReroutes) return false;
+  ++self->reroutes;
+  // A new request to the server that refused it (the slice's owner here until the ROUTE): the
+  // ROUTE moves it to the server that serves the slice now and sends it there again.
+  const std::uint32_t server = owner_[it->second.shard];
+  const auto again = requests_.add(*servers_[server], self->what, self->done, self->dest);
+  *id_cell = again;
+  self->id = again;
+  self->header.request_id = again;
+  PSRT_LOG_INFO("{} waits for the scheduler's ROUTE of server {} (refusal {} of at most {}): {}",
+                self->what, server, self->reroutes, kMaxReroutes, refused.message());
+  return true;
 }
 
 void Worker::Impl::on_route(const Header& h) {
