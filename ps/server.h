@@ -120,7 +120,7 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // REPLICA_SET begins (the lost server's rank, or kAnyRank), before it connects or sends
   // anything and before the scheduler hears back. Set before serving.
   std::function<void(std::uint32_t lost)> before_replicating;
-  // Test hook (a trace point): runs on the progress thread once the INITs that waited for a
+  // Test hook (a trace point): runs on the thread handling it once the INITs that waited for a
   // PLACEMENT_REPLY were answered (stored, or refused), with that reply. Set before serving.
   std::function<void(const Header& reply)> after_placement;
   // A slice's state, for tests: as held here (a slice this server serves), or as this server's
