@@ -199,7 +199,11 @@ class Worker::Impl final : public ps::Handler {
     ps::Requests::Done done;
     MutableBuffer dest;
     std::uint32_t reroutes = 0;
+    std::uint32_t to = 0;  // the server it was sent to last
   };
+  // Sends `s` to server `to` again (its request, if any, is bound to `to` already). Under
+  // route_mu_.
+  void resend_locked(Sent& s, std::uint32_t to);
   struct SliceLog {
     std::uint32_t shard = 0;  // the server the shard map placed the slice on
     std::uint64_t pushes = 0;

@@ -42,7 +42,8 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   Sent sent;
   if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) sent.seq = h.round = ++log.pushes;
   sent.upto = log.pushes;
-  auto& server = servers_[owner_[s.server]];
+  sent.to = owner_[s.server];
+  auto& server = servers_[sent.to];
   auto id_cell = std::make_shared<std::uint64_t>(0);
   ps::Requests::Done done = [this, st, key, index, id_cell](const Status& status,
                                                             const Header& reply,
@@ -123,15 +124,21 @@ bool Worker::Impl::await_route(Key key, std::uint32_t index,
   auto self = std::find_if(sent.begin(), sent.end(), [id](const Sent& s) { return s.id == id; });
   if (self == sent.end() || self->reroutes >= kMaxReroutes) return false;
   ++self->reroutes;
-  // A new request to the server that refused it (the slice's owner here until the ROUTE): the
-  // ROUTE moves it to the server that serves the slice now and sends it there again.
-  const std::uint32_t server = owner_[it->second.shard];
-  const auto again = requests_.add(*servers_[server], self->what, self->done, self->dest);
+  // A new request to the slice's owner here: the server that refused it until its ROUTE, which
+  // moves the request to the server serving the slice now and sends it there again.
+  const std::uint32_t owner = owner_[it->second.shard];
+  const auto again = requests_.add(*servers_[owner], self->what, self->done, self->dest);
   *id_cell = again;
   self->id = again;
   self->header.request_id = again;
+  if (owner != self->to) {  // the ROUTE was applied before the refusal was: at once
+    PSRT_LOG_INFO("{} re-sent to server {} (refusal {} of at most {}): {}", self->what, owner,
+                  self->reroutes, kMaxReroutes, refused.message());
+    resend_locked(*self, owner);
+    return true;
+  }
   PSRT_LOG_INFO("{} waits for the scheduler's ROUTE of server {} (refusal {} of at most {}): {}",
-                self->what, server, self->reroutes, kMaxReroutes, refused.message());
+                self->what, owner, self->reroutes, kMaxReroutes, refused.message());
   return true;
 }
 
@@ -170,27 +177,30 @@ void Worker::Impl::reroute_locked(std::uint32_t lost, std::uint32_t to) {
       owner_[i] = to;
       moved[i] = true;
     }
-  auto& server = servers_[to];
   for (auto& [id, log] : logs_) {
     if (!moved[log.shard]) continue;
     for (auto& s : log.sent) {
-      Header again = s.header;
-      if (s.id != 0) {
-        if (!requests_.rebind(s.id, *server)) continue;  // answered meanwhile
-      } else {
-        again.request_id = 0;  // an acknowledged push: its new acknowledgement is not awaited
-      }
-      if (s.payload) {
-        ConstBuffer b{s.payload->data(), s.payload->size()};
-        server->send(again, {&b, 1}, [p = s.payload](const Status&) {});
-      } else {
-        server->send(again);
-      }
+      if (s.id != 0 && !requests_.rebind(s.id, *servers_[to])) continue;  // answered meanwhile
+      resend_locked(s, to);
       ++resent;
     }
   }
   PSRT_LOG_INFO("server {}'s slices are served by server {} now: {} operations re-sent there", lost,
                 to, resent);
+}
+
+void Worker::Impl::resend_locked(Sent& s, std::uint32_t to) {
+  Header again = s.header;
+  // An acknowledged push: its new acknowledgement is not awaited.
+  if (s.id == 0) again.request_id = 0;
+  s.to = to;
+  auto& server = servers_[to];
+  if (s.payload) {
+    ConstBuffer b{s.payload->data(), s.payload->size()};
+    server->send(again, {&b, 1}, [p = s.payload](const Status&) {});
+  } else {
+    server->send(again);
+  }
 }
 
 }  // namespace psrt
