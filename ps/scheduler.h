@@ -102,6 +102,11 @@ class Scheduler final : public ps::Handler {
   Status wait(std::chrono::milliseconds timeout);
   // Ends the job now: SHUTDOWN(why) to everyone. Idempotent.
   void stop(const Status& why);
+  // Test hook: declares server `rank` lost as its connection closing does (replicas: its slices
+  // go to its backup, REPLICA_SET, then ROUTE), but leaves its connection open: a server given
+  // up on while its process still runs and answers. False where no loss is taken (no replicas,
+  // before the rendezvous, not a live server, no server left to take over).
+  bool lose_server_for_test(std::uint32_t rank);
 
   // Live metrics (ps/scheduler_metrics.cc): METRICS reports and the scheduler's own counts
   // (members, membership events) go to `metrics`, TIMELINE reports to `timeline`. Set before
@@ -124,10 +129,11 @@ class Scheduler final : public ps::Handler {
   bool registered_locked(const ps::Peer& peer) const;
   void on_locate(ps::Peer& peer, const ps::Header& h);
   // PLACEMENT from a registered server (ps/scheduler_placement.cc): which server serves the
-  // slice the header names now (the shard map's, through owner_), kAnyRank when the map has no
-  // such slice (the key was never located, or is cut otherwise).
+  // slice the header names now (the shard map's, through owner_), and which one the map placed
+  // it on; kAnyRank when the map has no such slice (the key was never located, or is cut
+  // otherwise).
   void on_placement(ps::Peer& peer, const ps::Header& h);
-  std::uint32_t serving_server_locked(const ps::Header& h) const;
+  std::uint32_t placed_server_locked(const ps::Header& h) const;
   // Takes one control message from `peer`'s token bucket; false (and the peer disconnected
   // with an ERROR naming PSRT_MAX_CONTROL_PER_SEC) when it is empty.
   bool charge_control(ps::Peer& peer);

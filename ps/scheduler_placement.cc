@@ -12,12 +12,12 @@ namespace psrt::ps {
 
 using Lock = std::unique_lock<std::mutex>;
 
-std::uint32_t Scheduler::serving_server_locked(const Header& h) const {
+std::uint32_t Scheduler::placed_server_locked(const Header& h) const {
   const std::vector<SliceRecord>* slices = shards_.find(h.key);
   if (!slices || shards_.total(h.key) != h.total) return kAnyRank;
   for (const SliceRecord& s : *slices)
     if (s.index == h.slice())
-      return s.offset == h.offset && s.count == h.count ? owner_[s.server] : kAnyRank;
+      return s.offset == h.offset && s.count == h.count ? s.server : kAnyRank;
   return kAnyRank;
 }
 
@@ -34,8 +34,10 @@ void Scheduler::on_placement(Peer& peer, const Header& h) {
   r.type = MsgType::kPlacementReply;
   r.request_id = h.request_id;
   r.key = h.key;
-  r.set_served_by(serving_server_locked(h));
+  const std::uint32_t placed = placed_server_locked(h);
+  r.set_served_by(placed == kAnyRank ? kAnyRank : owner_[placed]);
   r.set_asking_server(peer.rank());
+  r.set_placed_on(placed);
   peer.send(r);
 }
 

@@ -133,4 +133,9 @@ bool Scheduler::lose_server_locked(std::uint32_t rank, const std::string& why) {
   return true;
 }
 
+bool Scheduler::lose_server_for_test(std::uint32_t rank) {
+  Lock lock(mu_);
+  return lose_server_locked(rank, "declared lost by a test (its connection stays open)");
+}
+
 }  // namespace psrt::ps

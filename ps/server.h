@@ -120,6 +120,9 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // REPLICA_SET begins (the lost server's rank, or kAnyRank), before it connects or sends
   // anything and before the scheduler hears back. Set before serving.
   std::function<void(std::uint32_t lost)> before_replicating;
+  // Test hook (a trace point): runs on the thread handling it once the INITs that waited for a
+  // PLACEMENT_REPLY were answered (stored, or refused), with that reply. Set before serving.
+  std::function<void(const Header& reply)> after_placement;
   // A slice's state, for tests: as held here (a slice this server serves), or as this server's
   // copy of another server's slice (replicas). Empty when it has none.
   using SliceView = served::SliceView;
@@ -177,6 +180,10 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   void remember_scheduler(Peer& scheduler);
   // PLACEMENT_REPLY, or an ERROR answering a PLACEMENT (false: it answers something else).
   void on_placement_reply(const Header& h);
+  // Refuses an INIT of a slice the map placed on this server (`self`) that server `now` serves
+  // since the scheduler declared this one lost: ERROR with reroute(), so that the worker
+  // re-sends it where the scheduler's ROUTE points.
+  void refuse_moved_init(Peer& peer, const Header& init, std::uint32_t self, std::uint32_t now);
   bool on_placement_error(const Header& h, std::span<const std::byte> payload);
   // The scheduler was lost: the INITs waiting for its answer are refused.
   void placement_peer_closed(const Peer& peer);

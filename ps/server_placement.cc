@@ -72,6 +72,8 @@ void Server::on_placement_reply(const Header& h) {
                       "the slices it returns",
                       init.key, init.slice(), init.offset, init.count, init.total),
           false);
+    } else if (h.placed_on() == h.asking_server()) {
+      refuse_moved_init(*p.peer, init, h.asking_server(), h.served_by());
     } else {
       p.peer->send_error(
           init.request_id, ErrorCode::kInvalidArgument,
@@ -81,6 +83,26 @@ void Server::on_placement_reply(const Header& h) {
           false);
     }
   }
+  if (after_placement) after_placement(h);
+}
+
+void Server::refuse_moved_init(Peer& peer, const Header& init, std::uint32_t self,
+                               std::uint32_t now) {
+  // The map placed the slice here, but the scheduler declared this server lost (its process
+  // still runs) and `now` took over its slices: the worker's request was in flight to a lost
+  // server, so it re-sends it where the ROUTE of this server points (reroute()).
+  Header e;
+  e.type = MsgType::kError;
+  e.request_id = init.request_id;
+  e.set_error_code(ErrorCode::kInvalidArgument);
+  e.set_reroute(true);
+  const std::string text = fmt::format(
+      "INIT of key {} slice {} on server {}, but the shard map places that slice on server {}: "
+      "the scheduler declared server {} lost and server {} serves its slices now; init it there "
+      "(a worker re-sends it once the scheduler's ROUTE names server {})",
+      init.key, init.slice(), self, now, self, now, now);
+  auto b = as_bytes(text);
+  peer.send_bytes(e, {b.begin(), b.end()});
 }
 
 bool Server::on_placement_error(const Header& h, std::span<const std::byte> payload) {

@@ -161,6 +161,12 @@ class Worker::Impl final : public ps::Handler {
   void send_replicated(const ps::SliceRecord& s, ps::Header h, ConstBuffer src, MutableBuffer dest,
                        const std::shared_ptr<detail::HandleState>& st);
   void on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id, const Status& status);
+  // A replicated operation (request *id_cell) was refused with reroute() (it reached a server the
+  // scheduler declared lost): it stays in its slice's log under a new request, which the ROUTE
+  // re-sends, and *id_cell names that request. False once it was refused kMaxReroutes times, or
+  // is no longer in the log: then the refusal fails it.
+  bool await_route(Key key, std::uint32_t index, const std::shared_ptr<std::uint64_t>& id_cell,
+                   const Status& refused);
   void on_route(const ps::Header& h);
   // Server `lost` was closed here: what was sent to it goes to `to`. Under route_mu_.
   void reroute_locked(std::uint32_t lost, std::uint32_t to);
@@ -187,7 +193,17 @@ class Worker::Impl final : public ps::Handler {
     std::uint64_t upto = 0;  // the slice's push count when it was sent
     ps::Header header;
     std::shared_ptr<std::vector<std::byte>> payload;  // a copy of the gradient or init value
+    // What a new request for it needs (await_route): its description, completion and where
+    // its reply lands; and how often a server refused it with reroute().
+    std::string what;
+    ps::Requests::Done done;
+    MutableBuffer dest;
+    std::uint32_t reroutes = 0;
+    std::uint32_t to = 0;  // the server it was sent to last
   };
+  // Sends `s` to server `to` again (its request, if any, is bound to `to` already). Under
+  // route_mu_.
+  void resend_locked(Sent& s, std::uint32_t to);
   struct SliceLog {
     std::uint32_t shard = 0;  // the server the shard map placed the slice on
     std::uint64_t pushes = 0;

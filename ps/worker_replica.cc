@@ -20,6 +20,9 @@ namespace {
 // Acknowledged pushes a slice keeps for a re-send when no pull follows them (a pull answered
 // after a push means the push is applied on two servers).
 constexpr std::size_t kMaxKeptPushes = 256;
+// Refusals with reroute() one operation waits out (each followed by a ROUTE and a re-send):
+// more fail it with the last refusal, which names both servers.
+constexpr std::uint32_t kMaxReroutes = 3;
 }  // namespace
 
 void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuffer src,
@@ -39,22 +42,30 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   Sent sent;
   if (h.type == MsgType::kPush || h.type == MsgType::kPushPull) sent.seq = h.round = ++log.pushes;
   sent.upto = log.pushes;
-  auto& server = servers_[owner_[s.server]];
+  sent.to = owner_[s.server];
+  auto& server = servers_[sent.to];
   auto id_cell = std::make_shared<std::uint64_t>(0);
-  const auto id = requests_.add(
-      *server, what,
-      [this, st, key, index, id_cell](const Status& status, const Header& reply,
-                                      std::span<const std::byte>) {
-        on_replicated_reply(key, index, *id_cell, status);
-        if (status.ok()) st->note_version(reply);
-        st->complete_part(status);
-      },
-      dest);
+  ps::Requests::Done done = [this, st, key, index, id_cell](const Status& status,
+                                                            const Header& reply,
+                                                            std::span<const std::byte>) {
+    // Refused by a server the scheduler declared lost (reroute()): in flight to a lost server,
+    // it waits for the ROUTE as the others do.
+    if (!status.ok() && reply.type == MsgType::kError && reply.reroute() &&
+        await_route(key, index, id_cell, status))
+      return;
+    on_replicated_reply(key, index, *id_cell, status);
+    if (status.ok()) st->note_version(reply);
+    st->complete_part(status);
+  };
+  const auto id = requests_.add(*server, what, done, dest);
   *id_cell = id;
   h.request_id = id;
   sent.id = id;
   sent.header = h;
   sent.payload = payload;
+  sent.what = what;
+  sent.done = std::move(done);
+  sent.dest = dest;
   log.sent.push_back(sent);
   // A send that fails (its server was lost) is not the operation's failure: ROUTE re-sends it.
   auto on_sent = [st](const Status&) { st->sent_part(); };
@@ -102,6 +113,35 @@ void Worker::Impl::on_replicated_reply(Key key, std::uint32_t index, std::uint64
   std::erase_if(sent, [upto](const Sent& s) { return s.id == 0 && s.seq != 0 && s.seq <= upto; });
 }
 
+bool Worker::Impl::await_route(Key key, std::uint32_t index,
+                               const std::shared_ptr<std::uint64_t>& id_cell,
+                               const Status& refused) {
+  std::lock_guard lock(route_mu_);
+  auto it = logs_.find({key, index});
+  if (it == logs_.end()) return false;
+  auto& sent = it->second.sent;
+  const std::uint64_t id = *id_cell;
+  auto self = std::find_if(sent.begin(), sent.end(), [id](const Sent& s) { return s.id == id; });
+  if (self == sent.end() || self->reroutes >= kMaxReroutes) return false;
+  ++self->reroutes;
+  // A new request to the slice's owner here: the server that refused it until its ROUTE, which
+  // moves the request to the server serving the slice now and sends it there again.
+  const std::uint32_t owner = owner_[it->second.shard];
+  const auto again = requests_.add(*servers_[owner], self->what, self->done, self->dest);
+  *id_cell = again;
+  self->id = again;
+  self->header.request_id = again;
+  if (owner != self->to) {  // the ROUTE was applied before the refusal was: at once
+    PSRT_LOG_INFO("{} re-sent to server {} (refusal {} of at most {}): {}", self->what, owner,
+                  self->reroutes, kMaxReroutes, refused.message());
+    resend_locked(*self, owner);
+    return true;
+  }
+  PSRT_LOG_INFO("{} waits for the scheduler's ROUTE of server {} (refusal {} of at most {}): {}",
+                self->what, owner, self->reroutes, kMaxReroutes, refused.message());
+  return true;
+}
+
 void Worker::Impl::on_route(const Header& h) {
   const std::uint32_t lost = h.lost_server(), to = h.promote_to();
   if (lost >= servers_.size() || to >= servers_.size()) {
@@ -137,27 +177,30 @@ void Worker::Impl::reroute_locked(std::uint32_t lost, std::uint32_t to) {
       owner_[i] = to;
       moved[i] = true;
     }
-  auto& server = servers_[to];
   for (auto& [id, log] : logs_) {
     if (!moved[log.shard]) continue;
     for (auto& s : log.sent) {
-      Header again = s.header;
-      if (s.id != 0) {
-        if (!requests_.rebind(s.id, *server)) continue;  // answered meanwhile
-      } else {
-        again.request_id = 0;  // an acknowledged push: its new acknowledgement is not awaited
-      }
-      if (s.payload) {
-        ConstBuffer b{s.payload->data(), s.payload->size()};
-        server->send(again, {&b, 1}, [p = s.payload](const Status&) {});
-      } else {
-        server->send(again);
-      }
+      if (s.id != 0 && !requests_.rebind(s.id, *servers_[to])) continue;  // answered meanwhile
+      resend_locked(s, to);
       ++resent;
     }
   }
   PSRT_LOG_INFO("server {}'s slices are served by server {} now: {} operations re-sent there", lost,
                 to, resent);
+}
+
+void Worker::Impl::resend_locked(Sent& s, std::uint32_t to) {
+  Header again = s.header;
+  // An acknowledged push: its new acknowledgement is not awaited.
+  if (s.id == 0) again.request_id = 0;
+  s.to = to;
+  auto& server = servers_[to];
+  if (s.payload) {
+    ConstBuffer b{s.payload->data(), s.payload->size()};
+    server->send(again, {&b, 1}, [p = s.payload](const Status&) {});
+  } else {
+    server->send(again);
+  }
 }
 
 }  // namespace psrt

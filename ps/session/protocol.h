@@ -73,7 +73,7 @@ using Credential = std::array<std::byte, kCredentialBytes>;
   X(kAuth, 3, "AUTH", kFixed, kDigestBytes, kHandshake)                                            \
   /* acceptor → client: authenticated; payload the acceptor's proof */                           \
   X(kWelcome, 4, "WELCOME", kFixed, kDigestBytes, kHandshake)                                      \
-  /* reply to request_id: error_code; payload UTF-8 text */                                        \
+  /* reply to request_id: error_code, reroute(); payload UTF-8 text */                             \
   X(kError, 5, "ERROR", kBytes, 0, kEveryRoute)                                                    \
   /* Scheduler. */                                                                                 \
   /* role, rank wanted (kAnyRank); payload: a server's listen address */                           \
@@ -163,7 +163,8 @@ using Credential = std::array<std::byte, kCredentialBytes>;
    */                                                                                              \
   /* the shard map places that slice here: key, slice(), offset, count, total as the INIT has */   \
   /* them → PLACEMENT_REPLY: served_by() = the server serving that slice now (kAnyRank: the */   \
-  /* shard map has no such slice), asking_server() = the asker's rank */                           \
+  /* shard map has no such slice), asking_server() = the asker's rank, placed_on() = the */        \
+  /* server the map placed it on before any loss (kAnyRank: no such slice) */                      \
   X(kPlacement, 70, "PLACEMENT", kNone, 0, kServerToScheduler)                                     \
   X(kPlacementReply, 71, "PLACEMENT_REPLY", kNone, 0, kSchedulerToServer)                          \
   /* Optimizer state (Worker::optimizer_state, ps/server_state.cc), on cpu servers. */             \
@@ -280,6 +281,18 @@ struct Header {
   void set_served_by(std::uint32_t r) noexcept { arg0 = r; }
   std::uint32_t asking_server() const noexcept { return arg1; }
   void set_asking_server(std::uint32_t r) noexcept { arg1 = r; }
+  // round of PLACEMENT_REPLY: the server the shard map placed the slice on, before any server
+  // was lost (kAnyRank: no such slice). It differs from served_by() when that server was lost
+  // and its backup serves the slice now.
+  std::uint32_t placed_on() const noexcept {
+    return round > kAnyRank ? kAnyRank : static_cast<std::uint32_t>(round);
+  }
+  void set_placed_on(std::uint32_t r) noexcept { round = r; }
+  // arg1 of ERROR: 1 when the request reached a server the scheduler declared lost, which no
+  // longer serves its slice (replicas): the worker re-sends it where the ROUTE of that server
+  // points, as it does every request in flight to a lost server. 0 otherwise.
+  bool reroute() const noexcept { return arg1 == 1; }
+  void set_reroute(bool reroute) noexcept { arg1 = reroute ? 1 : 0; }
   // arg1 of REPLICATE: which part of the slice's state the payload is (0 weights, 1 SGD's momentum
   // or Adam's exp_avg, 2 Adam's exp_avg_sq).
   std::uint32_t part() const noexcept { return arg1; }

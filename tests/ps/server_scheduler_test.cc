@@ -777,6 +777,7 @@ TEST_F(InitSecurity, AnInitOfAKeyNeverLocatedIsRefused) {
             std::string::npos)
       << status.message();
   EXPECT_FALSE(server->server.held(300, 0)) << "a key never located was stored";
+  EXPECT_FALSE(reply.reroute()) << "a refusal a worker would re-send elsewhere";
   // Once located, the same INIT is stored; a later one of the same slice asks nothing.
   EXPECT_TRUE(init_key(*worker[0], 300).first.ok());
   EXPECT_TRUE(server->server.held(300, 0));
@@ -799,6 +800,8 @@ TEST_F(InitSecurity, AnInitOnAServerTheMapDoesNotNameIsRefused) {
                                  "that slice on server 1"),
             std::string::npos)
       << wrong.message();
+  // No server was lost: a refusal that stands, not one a worker re-sends where a ROUTE points.
+  EXPECT_FALSE(r0.reroute());
   EXPECT_FALSE(server->server.held(400, 0)) << "a divergent copy was stored on server 0";
   auto& server1 = *other_servers.at(0);
   TestWorker& w = *worker[0];
@@ -808,6 +811,7 @@ TEST_F(InitSecurity, AnInitOnAServerTheMapDoesNotNameIsRefused) {
   const auto [copy, r1] = TestWorker::wait(f);
   EXPECT_NE(copy.message().find("places that slice on server 0"), std::string::npos)
       << copy.message();
+  EXPECT_FALSE(r1.reroute());
   EXPECT_FALSE(server1.server.held(kKey, 0)) << "a second copy of key 7 was stored on server 1";
   // Where the map names it, key 400 is stored.
   EXPECT_TRUE(init_key(w, 400).first.ok());
