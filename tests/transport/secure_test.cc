@@ -214,6 +214,24 @@ TEST(SecureCrypto, HandshakeDecoderRefusesWhatIsNotAHandshakeMessage) {
 
 class SecureMode : public ::testing::TestWithParam<std::string> {};
 
+// Two transports of `backend` in secure mode under one secret, the client connected.
+struct SecurePair {
+  explicit SecurePair(const std::string& backend, bool keep_payloads = true)
+      : server_rx(std::make_shared<RecordingReceiver>()),
+        server(nullptr),
+        client_rx(std::make_shared<RecordingReceiver>()) {
+    server_rx->keep_payloads = keep_payloads;
+    server = create_transport(backend, server_rx, secure_options("the-real-job-secret-0001"));
+    client = create_transport(backend, client_rx, secure_options("the-real-job-secret-0001"));
+    conn = client->connect(server->listen("127.0.0.1:0"));
+  }
+  std::shared_ptr<RecordingReceiver> server_rx;
+  std::unique_ptr<Transport> server;
+  std::shared_ptr<RecordingReceiver> client_rx;
+  std::unique_ptr<Transport> client;
+  std::shared_ptr<Connection> conn;
+};
+
 TEST_P(SecureMode, WrongSecretCannotConnectAndBothSidesSaySo) {
   auto server_rx = std::make_shared<RecordingReceiver>();
   auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
@@ -283,22 +301,18 @@ TEST_P(SecureMode, SecureConnectorGivesUpOnAPlainListener) {
 }
 
 TEST_P(SecureMode, HeaderLimitLeavesRoomForTheSeal) {
-  auto server_rx = std::make_shared<RecordingReceiver>();
-  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
-  auto client_rx = std::make_shared<RecordingReceiver>();
-  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
-  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  SecurePair pair(GetParam());
   std::string too_long(169, 'h'), fits(168, 'h');
   SendWaiter w;
-  conn->send(bytes_of(too_long), {}, w.callback());
-  conn->send(bytes_of(fits), {}, w.callback());
+  pair.conn->send(bytes_of(too_long), {}, w.callback());
+  pair.conn->send(bytes_of(fits), {}, w.callback());
   ASSERT_TRUE(w.wait(2));
   EXPECT_EQ(w.statuses()[0].code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(w.statuses()[0].message().find("168-byte limit"), std::string::npos)
       << w.statuses()[0].message();
   EXPECT_TRUE(w.statuses()[1].ok()) << w.statuses()[1].message();
-  ASSERT_TRUE(server_rx->wait_messages(1));
-  EXPECT_EQ(server_rx->messages()[0].header, fits);
+  ASSERT_TRUE(pair.server_rx->wait_messages(1));
+  EXPECT_EQ(pair.server_rx->messages()[0].header, fits);
 }
 
 // Sends from the caller's thread and from the progress thread (each completion sends one more)
@@ -306,16 +320,11 @@ TEST_P(SecureMode, HeaderLimitLeavesRoomForTheSeal) {
 // Regression: the ucx backend issued a send made on its progress thread at once, ahead of sends
 // from other threads still waiting in the loop's queue.
 TEST_P(SecureMode, SendsFromCallerAndProgressThreadStayInSequence) {
-  auto server_rx = std::make_shared<RecordingReceiver>();
-  server_rx->keep_payloads = false;
-  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
-  auto client_rx = std::make_shared<RecordingReceiver>();
-  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
-  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  SecurePair pair(GetParam(), /*keep_payloads=*/false);
   constexpr int kMessages = 5000;
   std::vector<std::byte> payload(1024, std::byte{5});
   ConstBuffer b{payload.data(), payload.size()};
-  Connection* c = conn.get();
+  Connection* c = pair.conn.get();
   std::atomic<int> done{0};
   for (int i = 0; i < kMessages; ++i) {
     c->send(bytes_of("from the caller"), {&b, 1}, [c, &b, &done](const Status&) {
@@ -323,11 +332,11 @@ TEST_P(SecureMode, SendsFromCallerAndProgressThreadStayInSequence) {
     });
   }
   auto until = std::chrono::steady_clock::now() + 20s;
-  while (server_rx->message_count() < 2 * kMessages && server_rx->closed().empty() &&
+  while (pair.server_rx->message_count() < 2 * kMessages && pair.server_rx->closed().empty() &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(server_rx->closed().empty()) << server_rx->closed()[0].why.message();
-  EXPECT_EQ(server_rx->message_count(), 2u * kMessages);
+  ASSERT_TRUE(pair.server_rx->closed().empty()) << pair.server_rx->closed()[0].why.message();
+  EXPECT_EQ(pair.server_rx->message_count(), 2u * kMessages);
   while (done.load() < kMessages && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
   EXPECT_EQ(done.load(), kMessages);
@@ -337,17 +346,13 @@ TEST_P(SecureMode, SendsFromCallerAndProgressThreadStayInSequence) {
 // by a bare header and a small payload: the receiver gets every message in the order sent,
 // intact.
 TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem) {
-  auto server_rx = std::make_shared<RecordingReceiver>();
-  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
-  auto client_rx = std::make_shared<RecordingReceiver>();
-  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
-  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  SecurePair pair(GetParam());
   constexpr int kRounds = 24;
   std::vector<std::vector<std::byte>> big;
   for (int i = 0; i < kRounds; ++i)
     big.push_back(pattern((512u << 10) + static_cast<std::size_t>(i) * 4099, 100 + i));
   const auto small = pattern(100, 7);
-  Connection* c = conn.get();
+  Connection* c = pair.conn.get();
   std::atomic<int> done{0};
   std::atomic<int> failed{0};
   auto count = [&](const Status& st) {
@@ -363,8 +368,8 @@ TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem)
       c->send(bytes_of("small " + std::to_string(i)), {&sb, 1}, count);
     }
   });
-  ASSERT_TRUE(server_rx->wait_messages(1 + 3 * kRounds, 30s));
-  const auto got = server_rx->messages();
+  ASSERT_TRUE(pair.server_rx->wait_messages(1 + 3 * kRounds, 30s));
+  const auto got = pair.server_rx->messages();
   ASSERT_EQ(got.size(), 1u + 3 * kRounds);
   for (int i = 0; i < kRounds; ++i) {
     SCOPED_TRACE(i);
@@ -380,21 +385,16 @@ TEST_P(SecureMode, LargePayloadsSentFromTheLoopArriveInOrderWithWhatFollowsThem)
     std::this_thread::sleep_for(1ms);
   EXPECT_EQ(done.load(), 3 * kRounds);
   EXPECT_EQ(failed.load(), 0);
-  EXPECT_TRUE(server_rx->closed().empty());
+  EXPECT_TRUE(pair.server_rx->closed().empty());
 }
 
 // Shutting down while large sends from the loop are on their way: each completes exactly once,
 // before shutdown() returns, and nothing runs after it.
 TEST_P(SecureMode, ShutdownCompletesLargeSendsFromTheLoopExactlyOnceBeforeItReturns) {
-  auto server_rx = std::make_shared<RecordingReceiver>();
-  server_rx->keep_payloads = false;
-  auto server = create_transport(GetParam(), server_rx, secure_options("the-real-job-secret-0001"));
-  auto client_rx = std::make_shared<RecordingReceiver>();
-  auto client = create_transport(GetParam(), client_rx, secure_options("the-real-job-secret-0001"));
-  auto conn = client->connect(server->listen("127.0.0.1:0"));
+  SecurePair pair(GetParam(), /*keep_payloads=*/false);
   constexpr int kSends = 32;
   const auto payload = pattern(1u << 20, 3);
-  Connection* c = conn.get();
+  Connection* c = pair.conn.get();
   std::atomic<int> done{0};
   std::atomic<bool> issued{false};
   c->send(bytes_of("start"), {}, [&](const Status&) {
@@ -407,11 +407,11 @@ TEST_P(SecureMode, ShutdownCompletesLargeSendsFromTheLoopExactlyOnceBeforeItRetu
   while (!issued.load() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(100us);
   ASSERT_TRUE(issued.load());
-  client->shutdown();
+  pair.client->shutdown();
   EXPECT_EQ(done.load(), kSends) << "every send completed, once, before shutdown() returned";
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(done.load(), kSends) << "and none after";
-  server->shutdown();
+  pair.server->shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SecureMode, ::testing::ValuesIn(available_backends()),
