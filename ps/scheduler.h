@@ -107,6 +107,14 @@ class Scheduler final : public ps::Handler {
   // up on while its process still runs and answers. False where no loss is taken (no replicas,
   // before the rendezvous, not a live server, no server left to take over).
   bool lose_server_for_test(std::uint32_t rank);
+  // Test hook: closes server `rank`'s connection as a missed heartbeat does (PSRT_PEER_TIMEOUT_MS):
+  // the loss production takes, while the server's process still runs. False when `rank` is not
+  // a registered server.
+  bool close_server_for_test(std::uint32_t rank);
+  // Test hook: runs under the scheduler's lock with each PLACEMENT (and the asking server's rank)
+  // before it is answered; true drops the PLACEMENT_REPLY (the asker's INITs stay parked until
+  // it loses the scheduler). Set before the servers start.
+  std::function<bool(std::uint32_t server, const ps::Header& placement)> drop_placement_reply;
 
   // Live metrics (ps/scheduler_metrics.cc): METRICS reports and the scheduler's own counts
   // (members, membership events) go to `metrics`, TIMELINE reports to `timeline`. Set before

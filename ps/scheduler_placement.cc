@@ -30,6 +30,7 @@ void Scheduler::on_placement(Peer& peer, const Header& h) {
                                        "the job",
                                        peer.name()),
                            true);
+  if (drop_placement_reply && drop_placement_reply(peer.rank(), h)) return;
   Header r;
   r.type = MsgType::kPlacementReply;
   r.request_id = h.request_id;

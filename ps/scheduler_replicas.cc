@@ -138,4 +138,13 @@ bool Scheduler::lose_server_for_test(std::uint32_t rank) {
   return lose_server_locked(rank, "declared lost by a test (its connection stays open)");
 }
 
+bool Scheduler::close_server_for_test(std::uint32_t rank) {
+  Lock lock(mu_);
+  if (rank >= servers_.size() || !servers_[rank]) return false;
+  // As monitor() closes a silent peer: the loss is taken once the connection is closed here.
+  lost_why_[servers_[rank]->id()] = "its connection was closed by a test (its process runs on)";
+  servers_[rank]->close();
+  return true;
+}
+
 }  // namespace psrt::ps

@@ -123,6 +123,9 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // Test hook (a trace point): runs on the thread handling it once the INITs that waited for a
   // PLACEMENT_REPLY were answered (stored, or refused), with that reply. Set before serving.
   std::function<void(const Header& reply)> after_placement;
+  // Test hook (a trace point): runs once an INIT that no scheduler could confirm was refused
+  // (this server lost the scheduler, or never had one), with the INIT and the ERROR sent.
+  std::function<void(const Header& init, const Header& error)> after_init_refused;
   // A slice's state, for tests: as held here (a slice this server serves), or as this server's
   // copy of another server's slice (replicas). Empty when it has none.
   using SliceView = served::SliceView;
@@ -171,6 +174,9 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   struct Placements {
     std::mutex mu;                  // a leaf
     std::weak_ptr<Peer> scheduler;  // the peer MEMBERSHIP came from
+    // Its connection closed (it declared this server lost, or it ended): nothing is asked any
+    // more. False while this server never had a scheduler.
+    bool lost = false;
     std::uint64_t next_id = 1;
     std::map<SliceAsked, std::vector<ParkedInit>> waiting;
     std::map<std::uint64_t, SliceAsked> asked;  // by PLACEMENT request id
@@ -184,6 +190,11 @@ class Server final : public Handler, private UpdateStage::Owner, private Replica
   // since the scheduler declared this one lost: ERROR with reroute(), so that the worker
   // re-sends it where the scheduler's ROUTE points.
   void refuse_moved_init(Peer& peer, const Header& init, std::uint32_t self, std::uint32_t now);
+  // Refuses an INIT that no scheduler can confirm now. Once this server lost the scheduler
+  // (`lost`) and runs with replicas, the ERROR carries reroute(): the scheduler may have declared
+  // this server lost, and the worker re-sends the INIT where the ROUTE of this server points.
+  void refuse_unconfirmed_init(Peer& peer, const Header& init, ErrorCode code,
+                               const std::string& why, bool lost);
   bool on_placement_error(const Header& h, std::span<const std::byte> payload);
   // The scheduler was lost: the INITs waiting for its answer are refused.
   void placement_peer_closed(const Peer& peer);

@@ -14,16 +14,19 @@ namespace psrt::ps {
 void Server::remember_scheduler(Peer& scheduler) {
   std::lock_guard lock(placements_.mu);
   placements_.scheduler = scheduler.weak_from_this();
+  placements_.lost = false;
 }
 
 void Server::init_if_placed(Peer& peer, const Header& h, InFlight in) {
   if (find(h.key, h.slice())) return on_init(peer, h, in);
   const SliceAsked slice{h.key, h.slice(), h.offset, h.count, h.total};
   std::shared_ptr<Peer> scheduler;
+  bool lost = false;
   Header ask;
   {
     std::lock_guard lock(placements_.mu);
-    scheduler = placements_.scheduler.lock();
+    lost = placements_.lost;
+    if (!lost) scheduler = placements_.scheduler.lock();
     if (scheduler) {
       auto& parked = placements_.waiting[slice];
       parked.push_back({peer.shared_from_this(), h, std::move(in)});
@@ -32,12 +35,16 @@ void Server::init_if_placed(Peer& peer, const Header& h, InFlight in) {
       placements_.asked[ask.request_id] = slice;
     }
   }
+  if (lost)
+    return refuse_unconfirmed_init(peer, h, ErrorCode::kInvalidArgument,
+                                   "this server lost the scheduler, which alone confirms a "
+                                   "slice's placement",
+                                   true);
   if (!scheduler)
-    return peer.send_error(h.request_id, ErrorCode::kInvalidArgument,
-                           fmt::format("INIT of key {} slice {}: this server has no member list "
-                                       "from the scheduler yet, so no worker may store a slice",
-                                       h.key, h.slice()),
-                           false);
+    return refuse_unconfirmed_init(peer, h, ErrorCode::kInvalidArgument,
+                                   "this server has no member list from the scheduler yet, so no "
+                                   "worker may store a slice",
+                                   false);
   ask.type = MsgType::kPlacement;
   ask.key = h.key;
   ask.set_slice(h.slice());
@@ -135,14 +142,35 @@ void Server::placement_peer_closed(const Peer& peer) {
     std::lock_guard lock(placements_.mu);
     waiting.swap(placements_.waiting);
     placements_.asked.clear();
+    placements_.lost = true;
   }
   for (auto& [slice, parked] : waiting)
     for (auto& p : parked)
-      p.peer->send_error(p.h.request_id, ErrorCode::kPeerFailed,
-                         fmt::format("INIT of key {} slice {}: the scheduler was lost before it "
-                                     "confirmed the slice's placement",
-                                     p.h.key, p.h.slice()),
-                         false);
+      refuse_unconfirmed_init(*p.peer, p.h, ErrorCode::kPeerFailed,
+                              "the scheduler was lost before it confirmed the slice's placement",
+                              true);
+}
+
+void Server::refuse_unconfirmed_init(Peer& peer, const Header& init, ErrorCode code,
+                                     const std::string& why, bool lost) {
+  // The scheduler closes the connection of a server it declares lost (a missed heartbeat) while
+  // that server's process may still run and answer: an INIT in flight to it then is in flight
+  // to a lost server, re-sent where the ROUTE points like every other (ps/worker_replica.cc).
+  // This server cannot tell that loss from the scheduler's end, which stops the job anyway.
+  const bool reroute = lost && link_;
+  Header e;
+  e.type = MsgType::kError;
+  e.request_id = init.request_id;
+  e.set_error_code(code);
+  e.set_reroute(reroute);
+  const std::string text =
+      fmt::format("INIT of key {} slice {}: {}{}", init.key, init.slice(), why,
+                  reroute ? " (a worker re-sends it once the scheduler's ROUTE names the server "
+                            "serving this server's slices)"
+                          : "");
+  auto b = as_bytes(text);
+  peer.send_bytes(e, {b.begin(), b.end()});
+  if (after_init_refused) after_init_refused(init, e);
 }
 
 }  // namespace psrt::ps

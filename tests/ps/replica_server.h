@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@ struct ReplicaServer {
 
   void start(const std::string& scheduler_address) {
     server.on_control = [this](const Header& h, std::span<const std::byte> payload) {
+      if (h.type == MsgType::kShutdown && on_shutdown) on_shutdown(h);
       std::lock_guard lock(mu);
       if (scheduler && h.type != MsgType::kShutdown) requests.complete(*scheduler, h, payload);
     };
@@ -52,6 +54,9 @@ struct ReplicaServer {
   }
 
   Server server;
+  // Runs with each SHUTDOWN this server takes (the scheduler's, or its own on losing the
+  // scheduler). Set before start().
+  std::function<void(const Header&)> on_shutdown;
   const std::uint32_t rank;
   const std::string secret;
   Requests requests;

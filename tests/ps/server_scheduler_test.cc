@@ -818,6 +818,26 @@ TEST_F(InitSecurity, AnInitOnAServerTheMapDoesNotNameIsRefused) {
   EXPECT_TRUE(server1.server.held(400, 0));
 }
 
+// A server that lost the scheduler stores no new slice (nothing can confirm its placement); without
+// replicas no ROUTE follows, so the refusal stands (reroute() false). (A server that never had a
+// scheduler is unreachable to a worker: its credential comes with the scheduler's MEMBERSHIP.)
+TEST_F(InitSecurity, AnInitAfterTheServerLostTheSchedulerIsRefused) {
+  start(1);
+  ASSERT_TRUE(scheduler->close_server_for_test(0));
+  const auto stopped = server->wait_shutdown(10s);
+  ASSERT_TRUE(stopped) << "the server kept the scheduler";
+  EXPECT_NE(stopped->find("lost the scheduler"), std::string::npos) << *stopped;
+  const auto [status, reply] = init_key(*worker[0], 500, /*located=*/false);
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument) << status.message();
+  EXPECT_NE(status.message().find("refused INIT: INIT of key 500 slice 0: this server lost the "
+                                  "scheduler, which alone confirms a slice's placement"),
+            std::string::npos)
+      << status.message();
+  EXPECT_EQ(status.message().find("re-sends"), std::string::npos) << status.message();
+  EXPECT_FALSE(reply.reroute()) << "a refusal a worker would re-send elsewhere";
+  EXPECT_FALSE(server->server.held(500, 0));
+}
+
 // The checkpoint MANIFEST is written off the scheduler's progress thread, in batches (issue 30):
 // a LOCATE is answered while a MANIFEST write is stalled (its temporary file is a FIFO nobody
 // reads, as a hung disk would be), and a write that fails stops the job naming the MANIFEST.
