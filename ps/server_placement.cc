@@ -10,6 +10,22 @@
 #include "ps/server.h"
 
 namespace psrt::ps {
+namespace {
+
+// Sends ERROR(code, reroute) with `text` answering `init`; returns its header.
+Header refuse_init(Peer& peer, const Header& init, ErrorCode code, bool reroute,
+                   const std::string& text) {
+  Header e;
+  e.type = MsgType::kError;
+  e.request_id = init.request_id;
+  e.set_error_code(code);
+  e.set_reroute(reroute);
+  auto b = as_bytes(text);
+  peer.send_bytes(e, {b.begin(), b.end()});
+  return e;
+}
+
+}  // namespace
 
 void Server::remember_scheduler(Peer& scheduler) {
   std::lock_guard lock(placements_.mu);
@@ -98,18 +114,13 @@ void Server::refuse_moved_init(Peer& peer, const Header& init, std::uint32_t sel
   // The map placed the slice here, but the scheduler declared this server lost (its process
   // still runs) and `now` took over its slices: the worker's request was in flight to a lost
   // server, so it re-sends it where the ROUTE of this server points (reroute()).
-  Header e;
-  e.type = MsgType::kError;
-  e.request_id = init.request_id;
-  e.set_error_code(ErrorCode::kInvalidArgument);
-  e.set_reroute(true);
-  const std::string text = fmt::format(
-      "INIT of key {} slice {} on server {}, but the shard map places that slice on server {}: "
-      "the scheduler declared server {} lost and server {} serves its slices now; init it there "
-      "(a worker re-sends it once the scheduler's ROUTE names server {})",
-      init.key, init.slice(), self, now, self, now, now);
-  auto b = as_bytes(text);
-  peer.send_bytes(e, {b.begin(), b.end()});
+  refuse_init(
+      peer, init, ErrorCode::kInvalidArgument, /*reroute=*/true,
+      fmt::format(
+          "INIT of key {} slice {} on server {}, but the shard map places that slice on server "
+          "{}: the scheduler declared server {} lost and server {} serves its slices now; init it "
+          "there (a worker re-sends it once the scheduler's ROUTE names server {})",
+          init.key, init.slice(), self, now, self, now, now));
 }
 
 bool Server::on_placement_error(const Header& h, std::span<const std::byte> payload) {
@@ -158,18 +169,12 @@ void Server::refuse_unconfirmed_init(Peer& peer, const Header& init, ErrorCode c
   // to a lost server, re-sent where the ROUTE points like every other (ps/worker_replica.cc).
   // This server cannot tell that loss from the scheduler's end, which stops the job anyway.
   const bool reroute = lost && link_;
-  Header e;
-  e.type = MsgType::kError;
-  e.request_id = init.request_id;
-  e.set_error_code(code);
-  e.set_reroute(reroute);
-  const std::string text =
+  const Header e = refuse_init(
+      peer, init, code, reroute,
       fmt::format("INIT of key {} slice {}: {}{}", init.key, init.slice(), why,
                   reroute ? " (a worker re-sends it once the scheduler's ROUTE names the server "
                             "serving this server's slices)"
-                          : "");
-  auto b = as_bytes(text);
-  peer.send_bytes(e, {b.begin(), b.end()});
+                          : ""));
   if (after_init_refused) after_init_refused(init, e);
 }
 

@@ -634,6 +634,7 @@ void Worker::Impl::on_message(ps::Peer& peer, const Header& h, std::span<const s
     requests_.fail_all(Status(ErrorCode::kCancelled, "the job was stopped: " + why));
     return;
   }
+  if (h.type == MsgType::kError && h.reroute() && keep_for_route(peer, h, payload)) return;
   if (!requests_.complete(peer, h, payload) && h.type == MsgType::kError) {
     std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
     PSRT_LOG_ERROR("{} reported: {}", peer.name(), text);

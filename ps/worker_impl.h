@@ -161,12 +161,13 @@ class Worker::Impl final : public ps::Handler {
   void send_replicated(const ps::SliceRecord& s, ps::Header h, ConstBuffer src, MutableBuffer dest,
                        const std::shared_ptr<detail::HandleState>& st);
   void on_replicated_reply(Key key, std::uint32_t index, std::uint64_t id, const Status& status);
-  // A replicated operation (request *id_cell) was refused with reroute() (it reached a server the
-  // scheduler declared lost): it stays in its slice's log under a new request, which the ROUTE
-  // re-sends, and *id_cell names that request. False once it was refused kMaxReroutes times, or
-  // is no longer in the log: then the refusal fails it.
-  bool await_route(Key key, std::uint32_t index, const std::shared_ptr<std::uint64_t>& id_cell,
-                   const Status& refused);
+  // `refusal` (ERROR with reroute(), `text` its payload) answers a replicated operation sent to
+  // a server the scheduler declared lost: true keeps its request in flight, as every request to
+  // a lost server is, for the ROUTE to move and re-send (at once when the ROUTE was applied
+  // first). False (the refusal then fails it) for a request that is no replicated operation
+  // sent to `peer`, or one refused kMaxReroutes times. On the progress thread.
+  bool keep_for_route(const ps::Peer& peer, const ps::Header& refusal,
+                      std::span<const std::byte> text);
   void on_route(const ps::Header& h);
   // Server `lost` was closed here: what was sent to it goes to `to`. Under route_mu_.
   void reroute_locked(std::uint32_t lost, std::uint32_t to);
@@ -193,13 +194,8 @@ class Worker::Impl final : public ps::Handler {
     std::uint64_t upto = 0;  // the slice's push count when it was sent
     ps::Header header;
     std::shared_ptr<std::vector<std::byte>> payload;  // a copy of the gradient or init value
-    // What a new request for it needs (await_route): its description, completion and where
-    // its reply lands; and how often a server refused it with reroute().
-    std::string what;
-    ps::Requests::Done done;
-    MutableBuffer dest;
-    std::uint32_t reroutes = 0;
-    std::uint32_t to = 0;  // the server it was sent to last
+    std::uint32_t reroutes = 0;  // how often a server refused it with reroute()
+    std::uint32_t to = 0;        // the server it was sent to last
   };
   // Sends `s` to server `to` again (its request, if any, is bound to `to` already). Under
   // route_mu_.

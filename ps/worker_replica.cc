@@ -45,27 +45,20 @@ void Worker::Impl::send_replicated(const ps::SliceRecord& s, Header h, ConstBuff
   sent.to = owner_[s.server];
   auto& server = servers_[sent.to];
   auto id_cell = std::make_shared<std::uint64_t>(0);
-  ps::Requests::Done done = [this, st, key, index, id_cell](const Status& status,
-                                                            const Header& reply,
-                                                            std::span<const std::byte>) {
-    // Refused by a server the scheduler declared lost (reroute()): in flight to a lost server,
-    // it waits for the ROUTE as the others do.
-    if (!status.ok() && reply.type == MsgType::kError && reply.reroute() &&
-        await_route(key, index, id_cell, status))
-      return;
-    on_replicated_reply(key, index, *id_cell, status);
-    if (status.ok()) st->note_version(reply);
-    st->complete_part(status);
-  };
-  const auto id = requests_.add(*server, what, done, dest);
+  const auto id = requests_.add(
+      *server, what,
+      [this, st, key, index, id_cell](const Status& status, const Header& reply,
+                                      std::span<const std::byte>) {
+        on_replicated_reply(key, index, *id_cell, status);
+        if (status.ok()) st->note_version(reply);
+        st->complete_part(status);
+      },
+      dest);
   *id_cell = id;
   h.request_id = id;
   sent.id = id;
   sent.header = h;
   sent.payload = payload;
-  sent.what = what;
-  sent.done = std::move(done);
-  sent.dest = dest;
   log.sent.push_back(sent);
   // A send that fails (its server was lost) is not the operation's failure: ROUTE re-sends it.
   auto on_sent = [st](const Status&) { st->sent_part(); };
@@ -113,33 +106,34 @@ void Worker::Impl::on_replicated_reply(Key key, std::uint32_t index, std::uint64
   std::erase_if(sent, [upto](const Sent& s) { return s.id == 0 && s.seq != 0 && s.seq <= upto; });
 }
 
-bool Worker::Impl::await_route(Key key, std::uint32_t index,
-                               const std::shared_ptr<std::uint64_t>& id_cell,
-                               const Status& refused) {
+bool Worker::Impl::keep_for_route(const ps::Peer& peer, const Header& refusal,
+                                  std::span<const std::byte> text) {
   std::lock_guard lock(route_mu_);
-  auto it = logs_.find({key, index});
-  if (it == logs_.end()) return false;
-  auto& sent = it->second.sent;
-  const std::uint64_t id = *id_cell;
-  auto self = std::find_if(sent.begin(), sent.end(), [id](const Sent& s) { return s.id == id; });
-  if (self == sent.end() || self->reroutes >= kMaxReroutes) return false;
-  ++self->reroutes;
-  // A new request to the slice's owner here: the server that refused it until its ROUTE, which
-  // moves the request to the server serving the slice now and sends it there again.
-  const std::uint32_t owner = owner_[it->second.shard];
-  const auto again = requests_.add(*servers_[owner], self->what, self->done, self->dest);
-  *id_cell = again;
-  self->id = again;
-  self->header.request_id = again;
-  if (owner != self->to) {  // the ROUTE was applied before the refusal was: at once
-    PSRT_LOG_INFO("{} re-sent to server {} (refusal {} of at most {}): {}", self->what, owner,
-                  self->reroutes, kMaxReroutes, refused.message());
-    resend_locked(*self, owner);
-    return true;
+  for (auto& [slice, log] : logs_) {
+    for (Sent& s : log.sent) {
+      if (s.id != refusal.request_id) continue;
+      // Only the server it was sent to refuses it; past the cap the refusal fails it.
+      if (servers_[s.to].get() != &peer || s.reroutes >= kMaxReroutes) return false;
+      ++s.reroutes;
+      const std::uint32_t owner = owner_[log.shard];
+      const std::string what = fmt::format("{} of key {} slice {}", ps::to_string(s.header.type),
+                                           slice.first, slice.second);
+      const std::string_view why(reinterpret_cast<const char*>(text.data()), text.size());
+      if (owner != s.to) {  // the ROUTE was applied before the refusal arrived: at once
+        if (requests_.rebind(s.id, *servers_[owner])) {
+          PSRT_LOG_INFO("{} re-sent to server {} (refusal {} of at most {}): {}", what, owner,
+                        s.reroutes, kMaxReroutes, why);
+          resend_locked(s, owner);
+        }
+        return true;
+      }
+      PSRT_LOG_INFO(
+          "{} waits for the scheduler's ROUTE of server {} (refusal {} of at most {}): {}", what,
+          owner, s.reroutes, kMaxReroutes, why);
+      return true;
+    }
   }
-  PSRT_LOG_INFO("{} waits for the scheduler's ROUTE of server {} (refusal {} of at most {}): {}",
-                self->what, owner, self->reroutes, kMaxReroutes, refused.message());
-  return true;
+  return false;
 }
 
 void Worker::Impl::on_route(const Header& h) {

@@ -78,6 +78,22 @@ void expect_sgd_rounds(Worker& w, const std::vector<std::unique_ptr<ReplicaServe
   }
 }
 
+// Server 1 refused the INIT before any ROUTE could leave the scheduler: once the ROUTE is let go
+// (here), the INIT completes, on server 2 alone, and 4 SGD rounds follow.
+void finish_on_the_route(std::future<void>& init, Release& release_routes, Worker& w,
+                         const std::vector<std::unique_ptr<ReplicaServer>>& servers,
+                         Scheduler& scheduler) {
+  release_routes();
+  ASSERT_EQ(init.wait_for(30s), std::future_status::ready) << "the INIT never completed";
+  ASSERT_NO_THROW(init.get());
+  EXPECT_FALSE(servers[1]->server.held(kKey, 1)) << "the lost server stored the slice";
+  ASSERT_TRUE(servers[2]->server.held(kKey, 1)) << "the INIT never reached server 2";
+
+  expect_sgd_rounds(w, servers);
+  w.shutdown();
+  EXPECT_TRUE(scheduler.wait(10s).ok());
+}
+
 TEST(ReplicaInitRoute, AnInitRefusedByALostServerIsResentToTheServerServingItsSlices) {
   // Three servers: the key's three slices go to servers 0, 1 and 2 (the least loaded, lowest
   // rank on ties); when server 1 is lost, server 2 (the next live one) takes over its slices.
@@ -110,17 +126,7 @@ TEST(ReplicaInitRoute, AnInitRefusedByALostServerIsResentToTheServerServingItsSl
   EXPECT_EQ(reply.asking_server(), 1u);
   EXPECT_EQ(reply.placed_on(), 1u) << "the shard map placed slice 1 on server 1";
   EXPECT_EQ(reply.served_by(), 2u) << "server 2 serves server 1's slices since the loss";
-  // Server 1 answered (refused) the INIT before any ROUTE could leave the scheduler: the INIT
-  // completes only once the ROUTE sent it to server 2.
-  release_routes();
-  ASSERT_EQ(init.wait_for(30s), std::future_status::ready) << "the INIT never completed";
-  ASSERT_NO_THROW(init.get());
-  EXPECT_FALSE(servers[1]->server.held(kKey, 1)) << "the lost server stored the slice";
-  ASSERT_TRUE(servers[2]->server.held(kKey, 1)) << "the INIT never reached server 2";
-
-  expect_sgd_rounds(w, servers);
-  w.shutdown();
-  EXPECT_TRUE(scheduler.wait(10s).ok());
+  finish_on_the_route(init, release_routes, w, servers, scheduler);
 }
 
 // The loss as production takes it (a missed heartbeat): the scheduler closes server 1's
@@ -163,18 +169,8 @@ TEST(ReplicaInitRoute, AnInitParkedWhenTheSchedulerClosesTheServerIsResentOnTheR
   const Header error = refused.get();
   EXPECT_EQ(error.error_code(), ErrorCode::kPeerFailed);
   EXPECT_TRUE(error.reroute()) << "a refusal the worker does not re-send";
-  // Refused before any ROUTE could leave the scheduler: the INIT completes only once the ROUTE
-  // sent it to server 2.
   EXPECT_EQ(init.wait_for(0s), std::future_status::timeout) << "the INIT ended on the refusal";
-  release_routes();
-  ASSERT_EQ(init.wait_for(30s), std::future_status::ready) << "the INIT never completed";
-  ASSERT_NO_THROW(init.get());
-  EXPECT_FALSE(servers[1]->server.held(kKey, 1)) << "the lost server stored the slice";
-  ASSERT_TRUE(servers[2]->server.held(kKey, 1)) << "the INIT never reached server 2";
-
-  expect_sgd_rounds(w, servers);
-  w.shutdown();
-  EXPECT_TRUE(scheduler.wait(10s).ok());
+  finish_on_the_route(init, release_routes, w, servers, scheduler);
 }
 
 // An INIT that reaches server 1 after the scheduler closed its connection (the server's process
@@ -214,15 +210,7 @@ TEST(ReplicaInitRoute, AnInitReachingAServerThatLostTheSchedulerIsResentOnTheRou
   EXPECT_EQ(error.error_code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(error.reroute()) << "a refusal the worker does not re-send";
   EXPECT_EQ(init.wait_for(0s), std::future_status::timeout) << "the INIT ended on the refusal";
-  release_routes();
-  ASSERT_EQ(init.wait_for(30s), std::future_status::ready) << "the INIT never completed";
-  ASSERT_NO_THROW(init.get());
-  EXPECT_FALSE(servers[1]->server.held(kKey, 1)) << "the lost server stored the slice";
-  ASSERT_TRUE(servers[2]->server.held(kKey, 1)) << "the INIT never reached server 2";
-
-  expect_sgd_rounds(w, servers);
-  w.shutdown();
-  EXPECT_TRUE(scheduler.wait(10s).ok());
+  finish_on_the_route(init, release_routes, w, servers, scheduler);
 }
 
 }  // namespace

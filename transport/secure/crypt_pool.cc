@@ -55,9 +55,7 @@ int CryptPool::threads_for(std::size_t most) {
   return static_cast<int>(std::min(cores, std::max<std::size_t>(most, 1)) - 1);
 }
 
-void CryptPool::run(std::size_t n, const std::function<void(std::size_t)>& fn) {
-  if (n == 0) return;
-  if (n == 1) return fn(0);
+void CryptPool::run_shared(std::size_t n, const std::function<void(std::size_t)>& fn) {
   auto r = std::make_shared<Run>(n, fn);
   const std::size_t helpers = std::min<std::size_t>(n - 1, static_cast<std::size_t>(threads_));
   for (std::size_t h = 0; h < helpers; ++h)

@@ -423,8 +423,8 @@ void UcxContext::unregister_memory(const void* base) {
 }
 
 void UcxContext::finish_sends_before_close() {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::min(kShutdownSendWait, options().peer_timeout);
+  const auto wait = std::min(kShutdownSendWait, options().peer_timeout);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   for (;;) {
     std::size_t in_flight = 0;
     loop_.run_sync([&] {
@@ -437,7 +437,7 @@ void UcxContext::finish_sends_before_close() {
           "ucx: shutting down with {} send(s) still in flight after {} ms; they complete as "
           "cancelled, and a peer still reading one may deliver what the caller writes next into "
           "its buffer",
-          in_flight, std::min(kShutdownSendWait, options().peer_timeout).count());
+          in_flight, wait.count());
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
