@@ -55,7 +55,7 @@ test-sanitize: deps-dev
 # printing the log's end and where the input was saved.
 FUZZ_SECONDS ?= 60
 FUZZERS := protocol_fuzz:tests/fuzz/corpus checkpoint_fuzz:tests/fuzz/checkpoint_corpus \
-           hello_fuzz:tests/fuzz/hello_corpus
+           hello_fuzz:tests/fuzz/hello_corpus secure_fuzz:tests/fuzz/secure_corpus
 fuzz: deps-dev
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPSRT_WITH_TORCH=OFF -DPSRT_WITH_CUDA=OFF $(CMAKE_ARGS) >/dev/null && \
