@@ -27,12 +27,21 @@ build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
 # --progress: on a terminal, one updating line instead of two per test; failures and the summary
-# still print (and everything does when the output is not a terminal, as in CI). One test at a
-# time: many tests take a free port and bind it later, or count on timing bounds, and under -j2
-# two of 1509 failed that way once each while passing alone (`ctest -j2` stays for local runs).
+# still print (and everything does when the output is not a terminal, as in CI). Two passes:
+# the tests labelled unit, security or transport (their ports are bound by the test itself;
+# test-sanitize runs the security and transport ones two at a time too) JOBS at a time, then the
+# rest one at a time: many of those take a free port and bind it later, or count on timing
+# bounds, and under -j2 two of 1509 failed that way once each while passing alone (`ctest -j2`
+# stays for local runs). Both passes run; either failing fails.
 # The package tests (label package) install what `make package` made into a clean Debian 12 root.
+IN_PROCESS_LABELS := ^(unit|security|transport)$$
 test: deps-dev build package
-	@ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error
+	@status=0; \
+	  ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error \
+	    -j$(JOBS) -L '$(IN_PROCESS_LABELS)' || status=1; \
+	  ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error \
+	    -LE '$(IN_PROCESS_LABELS)' || status=1; \
+	  exit $$status
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and
 # UndefinedBehaviorSanitizer in one build (half the compile time of one build each). sanitize_tests (tests/CMakeLists.txt) builds every test program
@@ -51,8 +60,8 @@ test-sanitize: deps-dev
 	  ctest --test-dir $(BUILD)-thread -j$(JOBS) --output-on-failure --timeout 300 -L tsan
 
 # The libFuzzer targets (tests/fuzz; clang, ASan and UBSan), each run for FUZZ_SECONDS from its
-# checked-in seeds. Fails on the first crash, sanitizer report, leak or input slower than 10 s,
-# printing the log's end and where the input was saved.
+# checked-in seeds, JOBS at a time (scripts/run_fuzzers.sh). Fails on the first crash, sanitizer
+# report, leak or input slower than 10 s, printing the log's end and where the input was saved.
 FUZZ_SECONDS ?= 60
 FUZZERS := protocol_fuzz:tests/fuzz/corpus checkpoint_fuzz:tests/fuzz/checkpoint_corpus \
            hello_fuzz:tests/fuzz/hello_corpus secure_fuzz:tests/fuzz/secure_corpus
@@ -60,18 +69,7 @@ fuzz: deps-dev
 	@CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPSRT_WITH_TORCH=OFF -DPSRT_WITH_CUDA=OFF $(CMAKE_ARGS) >/dev/null && \
 	  cmake --build $(BUILD)-fuzz -j$(JOBS) --target $(foreach f,$(FUZZERS),$(firstword $(subst :, ,$(f))))
-	@for f in $(FUZZERS); do \
-	  t=$${f%%:*}; seeds=$${f#*:}; out=$(BUILD)-fuzz/fuzz-out/$$t; \
-	  rm -rf $$out && mkdir -p $$out/corpus && echo "fuzz: $$t for $(FUZZ_SECONDS) s" && \
-	  if ! $(BUILD)-fuzz/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	       -artifact_prefix=$$out/ $$out/corpus $$seeds > $$out/log 2>&1; then \
-	    tail -n 60 $$out/log; \
-	    echo "fuzz: $$t failed; input saved as $$(ls $$out/crash-* $$out/leak-* $$out/timeout-* \
-	      $$out/oom-* 2>/dev/null | head -1) (replay: $(BUILD)-fuzz/bin/$$t FILE)"; \
-	    exit 1; \
-	  fi; \
-	  tail -n 1 $$out/log; \
-	done
+	@scripts/run_fuzzers.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(JOBS) $(FUZZERS)
 
 # Only what the demo runs (psrun, pstrain, psbench: the demo_programs target, tools/), not the
 # test suite.

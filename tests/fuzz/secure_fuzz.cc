@@ -31,7 +31,7 @@ namespace psrt::transport::secure::fuzz {
 namespace {
 
 constexpr std::size_t kMaxOps = 64;
-constexpr int kMaxLargeSends = 4;        // payloads of 256 KiB and more, per input
+constexpr int kMaxLargeSends = 2;        // payloads of 256 KiB and more, per input
 constexpr std::size_t kMaxHistory = 64;  // frames kept for REPLAY
 constexpr std::size_t kMaxResizedPayload = std::size_t{2} << 20;
 
@@ -240,7 +240,7 @@ class Link {
     if (size_class == 1 || (size_class >= 2 && large_sends_ >= kMaxLargeSends)) {
       payload_len = 1 + x % 4096;
     } else if (size_class >= 2) {
-      payload_len = (size_class == 2 ? std::size_t{256} << 10 : std::size_t{1} << 20) + x;
+      payload_len = (size_class == 2 ? std::size_t{256} << 10 : std::size_t{512} << 10) + x;
       ++large_sends_;
     }
     const std::size_t n = sent_.size();

@@ -11,7 +11,8 @@
 //
 //   op byte % 8, then its arguments (missing bytes read as 0):
 //   0 SEND     header length (1 + b % 64), payload class (b % 4: none, 1..4096 bytes, 256 KiB + x
-//              (2 segments), 1 MiB + x (4 segments); x and the small size from 2 more bytes)
+//              (2 segments), 512 KiB + x (4 segments); x and the small size from 2 more
+//              bytes; from the third payload of 256 KiB or more on, a small one instead)
 //   1 DELIVER  the oldest frame in flight, as sealed
 //   2 FLIP     the oldest frame with byte (3 bytes, mod its length) xor (1 byte, 0 read as 1)
 //   3 REPLAY   a frame already handed on or dropped (1 byte: which)
