@@ -31,6 +31,7 @@ dev_packages=(
   python3-matplotlib  # perf/ plots
   prometheus  # the metrics test scrapes a job with a real Prometheus
   dpkg-dev help2man mmdebstrap uidmap  # make package (dpkg-shlibdeps, man pages), its clean-root test
+  ccache  # make package takes make build's objects (Makefile, CCACHE)
 )
 
 case "${1:-}" in
