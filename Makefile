@@ -44,12 +44,11 @@ build: configure
 # stays for local runs). Both passes run; either failing fails.
 # The package tests (label package) install what `make package` made into a clean Debian 12 root.
 IN_PROCESS_LABELS := ^(unit|security|transport)$$
+CTEST_FLAGS := --output-on-failure --progress --timeout 300 --no-tests=error
 test: deps-dev build package
 	@status=0; \
-	  ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error \
-	    -j$(JOBS) -L '$(IN_PROCESS_LABELS)' || status=1; \
-	  ctest --test-dir $(BUILD) --output-on-failure --progress --timeout 300 --no-tests=error \
-	    -LE '$(IN_PROCESS_LABELS)' || status=1; \
+	  ctest --test-dir $(BUILD) $(CTEST_FLAGS) -j$(JOBS) -L '$(IN_PROCESS_LABELS)' || status=1; \
+	  ctest --test-dir $(BUILD) $(CTEST_FLAGS) -LE '$(IN_PROCESS_LABELS)' || status=1; \
 	  exit $$status
 
 # The fault, garbage-input and security tests again, under AddressSanitizer and

@@ -85,6 +85,7 @@ class Upper final : public Receiver {
                   std::size_t payload_size) override {
     require(!closed, "a placement asked for after the connection closed");
     buffers_.emplace_back(payload_size);
+    delivered_.push_back(false);
     return Placement{MutableBuffer{buffers_.back().data(), payload_size}, buffers_.size() - 1};
   }
   void on_message(Connection& /*conn*/, std::span<const std::byte> header,
@@ -96,7 +97,7 @@ class Upper final : public Receiver {
                   placement.dest.data == buffers_[placement.cookie].data(),
               "a message delivered in a buffer its receiver did not place");
       got.payload = buffers_[placement.cookie];
-      delivered_buffers_.push_back(placement.cookie);
+      delivered_[placement.cookie] = true;
     }
     received.push_back(std::move(got));
   }
@@ -109,9 +110,7 @@ class Upper final : public Receiver {
   // that was never delivered holds zeros.
   void check_undelivered_buffers_are_zero() const {
     for (std::size_t i = 0; i < buffers_.size(); ++i) {
-      if (std::find(delivered_buffers_.begin(), delivered_buffers_.end(), i) !=
-          delivered_buffers_.end())
-        continue;
+      if (delivered_[i]) continue;
       require(std::all_of(buffers_[i].begin(), buffers_[i].end(),
                           [](std::byte b) { return b == std::byte{0}; }),
               "a placed buffer of an undelivered message holds bytes");
@@ -124,7 +123,7 @@ class Upper final : public Receiver {
 
  private:
   std::deque<std::vector<std::byte>> buffers_;  // a deque: placed buffers never move
-  std::vector<std::size_t> delivered_buffers_;
+  std::vector<bool> delivered_;                 // per placed buffer: a message was delivered in it
 };
 
 // The input, read as the script's bytes; reads past its end give zeros.
@@ -211,7 +210,7 @@ class Link {
         return flip(s);
       case 3: {
         const std::uint32_t which = s.read(1);
-        if (!history_.empty()) hand_to_b(Frame(history_[which % history_.size()]));
+        if (!history_.empty()) hand_to_b(history_[which % history_.size()]);
         return;
       }
       case 4:
@@ -302,12 +301,14 @@ class Link {
     if (!b_wire_->is_open()) b_->on_closed(*b_wire_, Status(ErrorCode::kConnectionClosed, "x"));
   }
 
-  // B hands its receiver A's messages from the first on, each whole and once.
-  void check() const {
+  // B hands its receiver A's messages from the first on, each whole and once (those delivered
+  // since the last check; the ones before it were checked then).
+  void check() {
     const auto& got = b_upper_->received;
     require(got.size() <= sent_.size(), "more messages delivered than were sent");
-    for (std::size_t i = 0; i < got.size(); ++i)
-      require(got[i] == sent_[i], "a delivered message is not the one sent in its place");
+    for (; checked_ < got.size(); ++checked_)
+      require(got[checked_] == sent_[checked_],
+              "a delivered message is not the one sent in its place");
   }
 
   std::shared_ptr<Upper> a_upper_ = std::make_shared<Upper>();
@@ -319,6 +320,7 @@ class Link {
   std::deque<Frame> in_flight_;  // sealed frames on the wire to B
   std::vector<Frame> history_;   // frames taken off the wire, for REPLAY
   int large_sends_ = 0;
+  std::size_t checked_ = 0;  // B's deliveries check() has compared
 };
 
 }  // namespace
